@@ -1,0 +1,239 @@
+package frontend
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/consistency"
+	"github.com/bindstate/bindstate/plugin/driver"
+	"github.com/bindstate/bindstate/plugin/hostpath"
+)
+
+// requireFUSE skips tests that mount, unless running as root with /dev/fuse.
+func requireFUSE(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mount tests need root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("mount tests need /dev/fuse")
+	}
+}
+
+// rig is one front over a fresh host folder.
+type rig struct {
+	host  string // the source, edited directly as a user on the host would
+	mnt   string // what containers would see
+	front driver.Front
+	o     *Opener
+	spec  driver.FrontSpec
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// newRig serves a fresh host folder in state st. setup, if given, fills the
+// host folder before the mount.
+func newRig(t testing.TB, st consistency.State, setup func(host string)) *rig {
+	t.Helper()
+	requireFUSE(t)
+	base := t.TempDir()
+	host := filepath.Join(base, "host")
+	if err := os.Mkdir(host, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(host)
+	}
+	o := New(Config{
+		StateDir:  filepath.Join(base, "state"),
+		MountRoot: filepath.Join(base, "mnt"),
+		Policy:    hostpath.Policy{AllowedRoots: []string{base}},
+		Log:       testLogger(t),
+	})
+	spec := driver.FrontSpec{Key: "k-" + st.String(), Source: host, State: st, Opts: map[string]string{"rescan": "50ms"}}
+	f, err := o.Open(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("open %s front: %v", st, err)
+	}
+	r := &rig{host: host, mnt: f.Mountpoint(), front: f, o: o, spec: spec}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := f.Close(ctx); err != nil {
+			t.Errorf("close front: %v", err)
+		}
+	})
+	return r
+}
+
+func (r *rig) hostPath(rel string) string { return filepath.Join(r.host, rel) }
+func (r *rig) mntPath(rel string) string  { return filepath.Join(r.mnt, rel) }
+
+func (r *rig) flush(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.front.Flush(ctx); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+}
+
+func writeFile(t testing.TB, p, content string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readFile(t testing.TB, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// waitFor polls cond until it holds or the bound passes. Bounds are generous:
+// this checks behaviour, not speed (speed is the benchmark's job).
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// treeOf describes a tree for comparison: type, permission bits, content or
+// link target of every entry, by path.
+func treeOf(t testing.TB, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if rel == "." {
+			return nil
+		}
+		desc := fi.Mode().String()
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			desc += " -> " + target
+		case fi.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			desc += " " + string(b)
+		}
+		out[rel] = desc
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func sameTree(t testing.TB, what string, want, got map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %s: want %q, got %q", what, k, v, got[k])
+		}
+	}
+	for k, v := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("%s: unexpected %s (%q)", what, k, v)
+		}
+	}
+}
+
+// inotify watches one directory of the mount as a tool in a container would.
+type inotify struct {
+	fd int
+}
+
+func watch(t testing.TB, dir string) *inotify {
+	t.Helper()
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_MODIFY|unix.IN_DELETE|unix.IN_CLOSE_WRITE|unix.IN_ATTRIB); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return &inotify{fd: fd}
+}
+
+// wait returns once an event with mask bit and name arrives.
+func (in *inotify) wait(t testing.TB, mask uint32, name string) {
+	t.Helper()
+	buf := make([]byte, 64*1024)
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		n, err := unix.Read(in.fd, buf)
+		if err == unix.EAGAIN {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			ev := (*unix.InotifyEvent)(unsafePointer(buf[off:]))
+			nameBytes := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+int(ev.Len)]
+			evName := string(bytes.TrimRight(nameBytes, "\x00"))
+			if ev.Mask&mask != 0 && evName == name {
+				return
+			}
+			off += unix.SizeofInotifyEvent + int(ev.Len)
+		}
+	}
+	t.Fatalf("no inotify event %#x for %q", mask, name)
+}
+
+func copyFile(dst, src string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}

@@ -1,0 +1,34 @@
+package fsys
+
+import (
+	"context"
+	"errors"
+	"syscall"
+
+	"github.com/bindstate/bindstate/plugin/writeback"
+)
+
+// errno turns an error from the store into what the kernel returns to the
+// container. A plain errno passes through; a failed writeback is EIO (the
+// data is safe in the store's journal; the host could not take it); anything
+// unrecognised is EIO with a log line naming the operation and path, so no
+// failure is ever reported as success.
+func (f *filesystem) errno(err error, op, rel string) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	var fe *writeback.FlushError
+	switch {
+	case errors.As(err, &fe):
+		f.log.Warn("sync failed: writeback to the host failed", "op", op, "path", rel, "err", err)
+		return syscall.EIO
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return syscall.EINTR
+	}
+	f.log.Error("request failed", "op", op, "path", rel, "err", err)
+	return syscall.EIO
+}

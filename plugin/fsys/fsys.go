@@ -1,0 +1,167 @@
+// Package fsys is the FUSE adapter: it turns kernel requests on a mount into
+// calls on a store.Store and nothing more. It is the only package that
+// speaks go-fuse; errno translation lives in errno.go.
+//
+// The kernel checks permissions itself (default_permissions), and every
+// container's process reaches the same mount for a (source, state), so all
+// of them share one coherent view (rule D3).
+package fsys
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/store"
+)
+
+// Options tune a mount.
+type Options struct {
+	Name string // shown as the mount's source in mountinfo
+	// AttrTimeout is how long the kernel may cache names and attributes.
+	// Host changes are pushed to the kernel explicitly, so this bounds only
+	// the cost of a stray cache entry.
+	AttrTimeout time.Duration
+	Debug       bool // log every FUSE request
+	Log         *slog.Logger
+}
+
+// Mount serves st at mountpoint (created if missing) until Unmount.
+type Mount struct {
+	server     *fuse.Server
+	root       *node
+	mountpoint string
+}
+
+// New mounts st at mountpoint.
+func New(st *store.Store, mountpoint string, o Options) (*Mount, error) {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.AttrTimeout == 0 {
+		o.AttrTimeout = time.Second
+	}
+	if err := os.MkdirAll(mountpoint, 0o755); err != nil {
+		return nil, &os.PathError{Op: "mount", Path: mountpoint, Err: err}
+	}
+	rootSt, err := st.Lstat("")
+	if err != nil {
+		return nil, err
+	}
+	fsys := &filesystem{store: st, log: o.Log}
+	root := &node{fs: fsys}
+	timeout := o.AttrTimeout
+	opts := &fs.Options{
+		EntryTimeout:    &timeout,
+		AttrTimeout:     &timeout,
+		NegativeTimeout: &timeout,
+		RootStableAttr:  &fs.StableAttr{Ino: rootSt.Ino, Gen: 1},
+		MountOptions: fuse.MountOptions{
+			AllowOther:           true,
+			DirectMount:          true,
+			FsName:               o.Name,
+			Name:                 "bindstate",
+			Options:              []string{"default_permissions"},
+			MaxWrite:             1 << 20,
+			MaxReadAhead:         1 << 20,
+			Debug:                o.Debug,
+			EnableSymlinkCaching: true,
+		},
+	}
+	server, err := fs.Mount(mountpoint, root, opts)
+	if err != nil {
+		return nil, &os.PathError{Op: "fuse mount", Path: mountpoint, Err: err}
+	}
+	return &Mount{server: server, root: root, mountpoint: mountpoint}, nil
+}
+
+// Mountpoint is where the file system is mounted.
+func (m *Mount) Mountpoint() string { return m.mountpoint }
+
+// Unmount detaches the mount and waits for the server to stop.
+func (m *Mount) Unmount() error {
+	err := m.server.Unmount()
+	if err != nil {
+		// Busy (a process still has a file open): detach lazily so the
+		// plugin can go on; the kernel finishes when the last user leaves.
+		if derr := unix.Unmount(m.mountpoint, unix.MNT_DETACH); derr == nil {
+			err = nil
+		}
+	}
+	m.server.Wait()
+	return err
+}
+
+// Invalidate drops what the kernel caches for rel: its attributes and, with
+// content, its data pages; with entry, the name itself in its parent. Paths
+// the kernel never looked up have nothing cached and are skipped.
+func (m *Mount) Invalidate(rel string, content, entry bool) {
+	parent := &m.root.Inode
+	cur := parent
+	name := ""
+	if rel != "" {
+		for _, seg := range strings.Split(rel, "/") {
+			if cur == nil {
+				break
+			}
+			parent, name = cur, seg
+			cur = cur.GetChild(seg)
+		}
+	}
+	if entry && name != "" && parent != nil {
+		parent.NotifyEntry(name)
+	}
+	if cur != nil {
+		off := int64(-1)
+		if content {
+			off = 0
+		}
+		cur.NotifyContent(off, 0)
+	}
+}
+
+// filesystem is what all nodes of one mount share.
+type filesystem struct {
+	store *store.Store
+	log   *slog.Logger
+}
+
+// origin marks requests made by the syncer's own threads as host-origin
+// (see store.Threads), so they change the store only.
+func (f *filesystem) origin(ctx context.Context) context.Context {
+	if c, ok := fuse.FromContext(ctx); ok && c.Pid != 0 && f.store.Threads().Has(c.Pid) {
+		return store.HostOrigin(ctx)
+	}
+	return ctx
+}
+
+func caller(ctx context.Context) store.Owner {
+	if c, ok := fuse.FromContext(ctx); ok {
+		return store.Owner{Uid: int(c.Uid), Gid: int(c.Gid)}
+	}
+	return store.Owner{Uid: 0, Gid: 0}
+}
+
+func idFromStat(st *unix.Stat_t) fs.StableAttr {
+	return fs.StableAttr{Mode: st.Mode & unix.S_IFMT, Ino: st.Ino, Gen: 1}
+}
+
+func fillAttr(out *fuse.Attr, st *unix.Stat_t) {
+	out.Ino = st.Ino
+	out.Size = uint64(st.Size)
+	out.Blocks = uint64(st.Blocks)
+	out.Blksize = uint32(st.Blksize)
+	out.Atime, out.Atimensec = uint64(st.Atim.Sec), uint32(st.Atim.Nsec)
+	out.Mtime, out.Mtimensec = uint64(st.Mtim.Sec), uint32(st.Mtim.Nsec)
+	out.Ctime, out.Ctimensec = uint64(st.Ctim.Sec), uint32(st.Ctim.Nsec)
+	out.Mode = st.Mode
+	out.Nlink = uint32(st.Nlink)
+	out.Uid, out.Gid = st.Uid, st.Gid
+	out.Rdev = uint32(st.Rdev)
+}

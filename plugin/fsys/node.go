@@ -1,0 +1,331 @@
+package fsys
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/store"
+)
+
+// node is one file, directory or other entry of the container's view. It
+// holds no state of its own: its path is derived from the kernel's tree.
+type node struct {
+	fs.Inode
+	fs *filesystem
+}
+
+var (
+	_ = (fs.NodeLookuper)((*node)(nil))
+	_ = (fs.NodeGetattrer)((*node)(nil))
+	_ = (fs.NodeSetattrer)((*node)(nil))
+	_ = (fs.NodeReaddirer)((*node)(nil))
+	_ = (fs.NodeMkdirer)((*node)(nil))
+	_ = (fs.NodeMknoder)((*node)(nil))
+	_ = (fs.NodeCreater)((*node)(nil))
+	_ = (fs.NodeOpener)((*node)(nil))
+	_ = (fs.NodeSymlinker)((*node)(nil))
+	_ = (fs.NodeReadlinker)((*node)(nil))
+	_ = (fs.NodeLinker)((*node)(nil))
+	_ = (fs.NodeUnlinker)((*node)(nil))
+	_ = (fs.NodeRmdirer)((*node)(nil))
+	_ = (fs.NodeRenamer)((*node)(nil))
+	_ = (fs.NodeGetxattrer)((*node)(nil))
+	_ = (fs.NodeSetxattrer)((*node)(nil))
+	_ = (fs.NodeListxattrer)((*node)(nil))
+	_ = (fs.NodeRemovexattrer)((*node)(nil))
+	_ = (fs.NodeStatfser)((*node)(nil))
+	_ = (fs.NodeFsyncer)((*node)(nil))
+)
+
+// rel is the node's path relative to the mount root, and false for a node
+// that no longer has a name (unlinked while open).
+func (n *node) rel() (string, bool) {
+	var segs []string
+	p := &n.Inode
+	root := n.Root()
+	for p != root {
+		name, parent := p.Parent()
+		if parent == nil {
+			return "", false
+		}
+		segs = append(segs, name)
+		p = parent
+	}
+	// Reverse into a path.
+	size := 0
+	for _, s := range segs {
+		size += len(s) + 1
+	}
+	b := make([]byte, 0, size)
+	for i := len(segs) - 1; i >= 0; i-- {
+		if len(b) > 0 {
+			b = append(b, '/')
+		}
+		b = append(b, segs[i]...)
+	}
+	return string(b), true
+}
+
+// path is rel for operations on a live node; an orphan maps to a name that
+// cannot exist, so the store answers ENOENT.
+func (n *node) path() string {
+	r, ok := n.rel()
+	if !ok {
+		return "\x00orphan"
+	}
+	return r
+}
+
+func (n *node) child(name string) string {
+	p := n.path()
+	if p == "" {
+		return name
+	}
+	return p + "/" + name
+}
+
+func (n *node) newChild(ctx context.Context, st *unix.Stat_t, out *fuse.EntryOut) *fs.Inode {
+	fillAttr(&out.Attr, st)
+	return n.NewInode(ctx, &node{fs: n.fs}, idFromStat(st))
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	dir := n.path()
+	st, err := n.fs.store.Lookup(dir, name)
+	if err != nil {
+		return nil, n.fs.errno(err, "lookup", n.child(name))
+	}
+	return n.newChild(ctx, &st, out), 0
+}
+
+func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	var st unix.Stat_t
+	var err error
+	if h, ok := f.(*handle); ok && h != nil {
+		err = unix.Fstat(h.file.Fd(), &st)
+	} else {
+		st, err = n.fs.store.Lstat(n.path())
+	}
+	if err != nil {
+		return n.fs.errno(err, "getattr", n.path())
+	}
+	fillAttr(&out.Attr, &st)
+	return 0
+}
+
+func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	ctx = n.fs.origin(ctx)
+	rel := n.path()
+	var a store.Attrs
+	if m, ok := in.GetMode(); ok {
+		a.Mode = &m
+	}
+	if uid, ok := in.GetUID(); ok {
+		u := int(uid)
+		a.Uid = &u
+	}
+	if gid, ok := in.GetGID(); ok {
+		g := int(gid)
+		a.Gid = &g
+	}
+	if t, ok := in.GetATime(); ok {
+		ts := unix.NsecToTimespec(t.UnixNano())
+		a.Atime = &ts
+	} else if in.Valid&fuse.FATTR_ATIME_NOW != 0 {
+		ts := unix.Timespec{Nsec: unix.UTIME_NOW}
+		a.Atime = &ts
+	}
+	if t, ok := in.GetMTime(); ok {
+		ts := unix.NsecToTimespec(t.UnixNano())
+		a.Mtime = &ts
+	} else if in.Valid&fuse.FATTR_MTIME_NOW != 0 {
+		ts := unix.Timespec{Nsec: unix.UTIME_NOW}
+		a.Mtime = &ts
+	}
+	var err error
+	if sz, ok := in.GetSize(); ok {
+		size := int64(sz)
+		if h, isH := f.(*handle); isH && h != nil {
+			err = h.file.Truncate(ctx, size)
+		} else {
+			a.Size = &size
+		}
+	}
+	if err == nil && (a.Mode != nil || a.Uid != nil || a.Gid != nil || a.Size != nil || a.Atime != nil || a.Mtime != nil) {
+		err = n.fs.store.Setattr(ctx, rel, a)
+	}
+	if err != nil {
+		return n.fs.errno(err, "setattr", rel)
+	}
+	return n.Getattr(ctx, f, out)
+}
+
+func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	rel := n.path()
+	entries, err := n.fs.store.ReadDir(rel)
+	if err != nil {
+		return nil, n.fs.errno(err, "readdir", rel)
+	}
+	list := make([]fuse.DirEntry, 0, len(entries))
+	for _, e := range entries {
+		list = append(list, fuse.DirEntry{Name: e.Name, Mode: e.Stat.Mode, Ino: e.Stat.Ino})
+	}
+	return fs.NewListDirStream(list), 0
+}
+
+// created looks up what an operation just made and hands it to the kernel.
+func (n *node) created(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	st, err := n.fs.store.Lstat(n.child(name))
+	if err != nil {
+		return nil, n.fs.errno(err, "lstat", n.child(name))
+	}
+	return n.newChild(ctx, &st, out), 0
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	rel := n.child(name)
+	if err := n.fs.store.Mkdir(n.fs.origin(ctx), rel, mode, caller(ctx)); err != nil {
+		return nil, n.fs.errno(err, "mkdir", rel)
+	}
+	return n.created(ctx, name, out)
+}
+
+func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	rel := n.child(name)
+	if err := n.fs.store.Mknod(n.fs.origin(ctx), rel, mode, uint64(rdev), caller(ctx)); err != nil {
+		return nil, n.fs.errno(err, "mknod", rel)
+	}
+	return n.created(ctx, name, out)
+}
+
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	rel := n.child(name)
+	if err := n.fs.store.Symlink(n.fs.origin(ctx), target, rel, caller(ctx)); err != nil {
+		return nil, n.fs.errno(err, "symlink", rel)
+	}
+	return n.created(ctx, name, out)
+}
+
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	rel := n.path()
+	t, err := n.fs.store.Readlink(rel)
+	if err != nil {
+		return nil, n.fs.errno(err, "readlink", rel)
+	}
+	return []byte(t), 0
+}
+
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	t, ok := target.(*node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	rel := n.child(name)
+	if err := n.fs.store.Link(n.fs.origin(ctx), t.path(), rel); err != nil {
+		return nil, n.fs.errno(err, "link", rel)
+	}
+	return n.created(ctx, name, out)
+}
+
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	rel := n.child(name)
+	return n.fs.errno(n.fs.store.Unlink(n.fs.origin(ctx), rel), "unlink", rel)
+}
+
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	rel := n.child(name)
+	return n.fs.errno(n.fs.store.Rmdir(n.fs.origin(ctx), rel), "rmdir", rel)
+}
+
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np, ok := newParent.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	from, to := n.child(name), np.child(newName)
+	return n.fs.errno(n.fs.store.Rename(n.fs.origin(ctx), from, to, flags), "rename", from)
+}
+
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	rel := n.child(name)
+	var ch *node
+	relNow := func() (string, bool) { return ch.rel() }
+	f, err := n.fs.store.Create(n.fs.origin(ctx), rel, int(flags), mode, caller(ctx), relNow)
+	if err != nil {
+		return nil, nil, 0, n.fs.errno(err, "create", rel)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(f.Fd(), &st); err != nil {
+		f.Release()
+		return nil, nil, 0, n.fs.errno(err, "create", rel)
+	}
+	ch = &node{fs: n.fs}
+	fillAttr(&out.Attr, &st)
+	inode := n.NewInode(ctx, ch, idFromStat(&st))
+	return inode, &handle{file: f, fs: n.fs}, 0, 0
+}
+
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	rel := n.path()
+	f, err := n.fs.store.Open(n.fs.origin(ctx), rel, int(flags), n.rel)
+	if err != nil {
+		return nil, 0, n.fs.errno(err, "open", rel)
+	}
+	return &handle{file: f, fs: n.fs}, 0, 0
+}
+
+// Fsync without an open file (e.g. on a directory): rule D2 for entries.
+func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
+	if h, ok := f.(*handle); ok && h != nil {
+		return h.Fsync(ctx, flags)
+	}
+	rel := n.path()
+	return n.fs.errno(n.fs.store.Flush(ctx, rel), "fsync", rel)
+}
+
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	rel := n.path()
+	sz, err := n.fs.store.Getxattr(rel, attr, dest)
+	if err != nil {
+		return uint32(sz), n.fs.errno(err, "getxattr", rel)
+	}
+	return uint32(sz), 0
+}
+
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	rel := n.path()
+	names, err := n.fs.store.Listxattr(rel)
+	if err != nil {
+		return 0, n.fs.errno(err, "listxattr", rel)
+	}
+	if len(dest) < len(names) {
+		return uint32(len(names)), syscall.ERANGE
+	}
+	return uint32(copy(dest, names)), 0
+}
+
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	rel := n.path()
+	return n.fs.errno(n.fs.store.Setxattr(n.fs.origin(ctx), rel, attr, data, int(flags)), "setxattr", rel)
+}
+
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	rel := n.path()
+	return n.fs.errno(n.fs.store.Removexattr(n.fs.origin(ctx), rel, attr), "removexattr", rel)
+}
+
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	var st unix.Statfs_t
+	if err := n.fs.store.Statfs(&st); err != nil {
+		return n.fs.errno(err, "statfs", "")
+	}
+	out.Blocks, out.Bfree, out.Bavail = st.Blocks, st.Bfree, st.Bavail
+	out.Files, out.Ffree = st.Files, st.Ffree
+	out.Bsize, out.Frsize = uint32(st.Bsize), uint32(st.Frsize)
+	out.NameLen = uint32(st.Namelen)
+	return 0
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRunVersionAndUsage(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run(t.Context(), []string{"version"}, env(nil), &out, &errb); code != 0 || out.String() != "bindstate dev\n" {
+		t.Fatalf("version: %d %q", code, out.String())
+	}
+	out.Reset()
+	if code := run(t.Context(), []string{"selftest"}, env(nil), &out, &errb); code != 2 || !strings.Contains(errb.String(), "usage: bindstate") || !strings.Contains(errb.String(), "LOG_LEVEL") {
+		t.Fatalf("unknown command: %d %q", code, errb.String())
+	}
+}
+
+func TestRunBadConfig(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(t.Context(), nil, env(map[string]string{"LOG_LEVEL": "loud"}), &out, &errb)
+	if code != 2 || !strings.Contains(errb.String(), `LOG_LEVEL="loud": valid levels are debug, info, warn, error`) {
+		t.Fatalf("%d %q", code, errb.String())
+	}
+}
+
+// The plugin serves the protocol on its socket and stops cleanly when told
+// to (its socket is removed).
+func TestServeAndStop(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "run", "bindstate.sock") // never Docker's plugin dir in tests
+	ctx, cancel := context.WithCancel(t.Context())
+	var logs bytes.Buffer
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, nil, env(map[string]string{
+			"STATE_DIR":   filepath.Join(dir, "state"),
+			"SOCKET_NAME": sock,
+			"LOG_LEVEL":   "debug",
+		}), io.Discard, &logs)
+	}()
+	client := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		},
+	}}
+	var resp *http.Response
+	var err error
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(20 * time.Millisecond) {
+		resp, err = client.Post("http://plugin/Plugin.Activate", "application/json", nil)
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
+		cancel()
+		t.Fatalf("plugin not serving: %v", err)
+	}
+	var act struct{ Implements []string }
+	json.NewDecoder(resp.Body).Decode(&act)
+	resp.Body.Close()
+	if len(act.Implements) != 1 || act.Implements[0] != "VolumeDriver" {
+		t.Fatalf("activate: %+v", act)
+	}
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o660 {
+		t.Fatalf("socket: %v %v", fi, err)
+	}
+	resp, err = client.Post("http://plugin/VolumeDriver.List", "application/json", strings.NewReader("{}"))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("list: %v %v", resp, err)
+	}
+	resp.Body.Close()
+
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d; logs:\n%s", code, logs.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("did not stop")
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Fatalf("socket left behind: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "state", "mnt")); err != nil {
+		t.Fatalf("mount root not created: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Fatalf("log line is not JSON: %q", line)
+		}
+	}
+}

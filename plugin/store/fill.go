@@ -1,0 +1,167 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path"
+
+	"golang.org/x/sys/unix"
+)
+
+// join builds a store-relative path.
+func join(dir, name string) string {
+	if dir == "" || dir == "." {
+		return name
+	}
+	return path.Join(dir, name)
+}
+
+// isPopulated reports whether dir's host entries have been listed into the
+// store. A directory the container made itself counts as populated.
+func (s *Store) isPopulated(dir string) bool { return s.hasXattr(dir, xattrPopulated) }
+
+// IsPopulated reports whether dir has been listed from the host (only such
+// directories can have host changes to bring in).
+func (s *Store) IsPopulated(dir string) bool { return s.isPopulated(dir) }
+
+// EnsurePopulated lists dir on the host into the store once, so that lookups
+// and listings inside it need no host round trip afterwards. Entries already
+// in the store (made by the container) are kept; nothing is overwritten.
+func (s *Store) EnsurePopulated(dir string) error {
+	if s.isPopulated(dir) {
+		return nil
+	}
+	unlock := s.locks.Lock("populate:" + dir)
+	defer unlock()
+	if s.isPopulated(dir) {
+		return nil
+	}
+	entries, err := s.host.ReadDir(dir)
+	switch {
+	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
+		// Made by the container and not written back yet: nothing to list.
+	case err != nil:
+		return fmt.Errorf("populate %q: %w", dir, err)
+	}
+	for i := range entries {
+		child := join(dir, entries[i].Name)
+		if _, err := s.local.Lstat(child); err == nil {
+			continue
+		}
+		if s.IsDirty(child) {
+			continue // deleted by the container, not yet on the host: don't resurrect
+		}
+		if err := s.adopt(child, &entries[i].Stat); err != nil {
+			if errors.Is(err, unix.EEXIST) {
+				continue
+			}
+			return fmt.Errorf("populate %q: %w", dir, err)
+		}
+	}
+	return s.local.Setxattr(dir, xattrPopulated, []byte("1"), 0)
+}
+
+// adopt creates rel in the store as a copy of the host entry described by
+// st, without content: a regular file becomes a stub fetched on first open.
+func (s *Store) adopt(rel string, st *unix.Stat_t) error {
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		if err := s.local.Mkdir(rel, 0o700); err != nil {
+			return err
+		}
+	case unix.S_IFREG:
+		f, err := s.local.OpenFile(rel, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o600)
+		if err != nil {
+			return err
+		}
+		err = f.Truncate(st.Size)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil && st.Size > 0 {
+			err = s.local.Setxattr(rel, xattrStub, []byte("1"), 0)
+		}
+		if err != nil {
+			s.local.Remove(rel)
+			return err
+		}
+	case unix.S_IFLNK:
+		target, err := s.host.Readlink(rel)
+		if err != nil {
+			return err
+		}
+		if err := s.local.Symlink(target, rel); err != nil {
+			return err
+		}
+	default: // FIFO, socket, device: the node itself (rule D8)
+		if err := s.local.Mknod(rel, st.Mode, st.Rdev); err != nil {
+			return err
+		}
+	}
+	return s.copyAttrs(rel, st)
+}
+
+// copyAttrs gives the store entry rel the owner, mode and times of the host
+// entry st, and records st as rel's base.
+func (s *Store) copyAttrs(rel string, st *unix.Stat_t) error {
+	if err := s.local.Lchown(rel, int(st.Uid), int(st.Gid)); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+		// After chown, which clears set-id bits.
+		if err := s.local.Chmod(rel, st.Mode&07777); err != nil {
+			return err
+		}
+	}
+	atime, mtime := st.Atim, st.Mtim
+	if err := s.local.Utimes(rel, &atime, &mtime); err != nil {
+		return err
+	}
+	return s.setBase(rel, st)
+}
+
+// EnsureContent fetches the content of a stub from the host, once.
+func (s *Store) EnsureContent(rel string) error {
+	if !s.IsStub(rel) {
+		return nil
+	}
+	unlock := s.locks.Lock("fetch:" + rel)
+	defer unlock()
+	if !s.IsStub(rel) {
+		return nil
+	}
+	src, err := s.host.OpenFile(rel, unix.O_RDONLY, 0)
+	if err != nil {
+		return fmt.Errorf("fetch %q: %w", rel, err)
+	}
+	defer src.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(src.Fd()), &st); err != nil {
+		return fmt.Errorf("fetch %q: stat: %w", rel, err)
+	}
+	dst, err := s.local.OpenFile(rel, unix.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("fetch %q: %w", rel, err)
+	}
+	n, err := io.Copy(dst, src)
+	if err == nil {
+		err = dst.Truncate(n)
+	}
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("fetch %q: copy: %w", rel, err)
+	}
+	st.Size = n
+	mtime := st.Mtim
+	if err := s.local.Utimes(rel, nil, &mtime); err != nil {
+		return err
+	}
+	if err := s.setBase(rel, &st); err != nil {
+		return err
+	}
+	s.fetched.Add(1)
+	return s.local.Removexattr(rel, xattrStub)
+}

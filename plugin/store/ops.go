@@ -1,0 +1,521 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/hostpath"
+)
+
+// How a change reaches the host is decided per operation by route:
+//
+//	routeLocal   host-origin: bring a host change in; local only
+//	routeThrough host first, then local (cached, and rule D8 special files)
+//	routeJournal journal, local, write back later (delegated)
+type route int
+
+const (
+	routeLocal route = iota
+	routeThrough
+	routeJournal
+)
+
+func (s *Store) routeFor(ctx context.Context) route {
+	switch {
+	case isHostOrigin(ctx):
+		return routeLocal
+	case s.queue != nil:
+		return routeJournal
+	default:
+		return routeThrough
+	}
+}
+
+// isSpecial reports FIFOs, sockets and devices, which always live on the host
+// (rule D8): every change to them goes straight through.
+func isSpecial(mode uint32) bool {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG, unix.S_IFDIR, unix.S_IFLNK:
+		return false
+	}
+	return true
+}
+
+// lockShared holds the apply lock shared for a container change.
+func (s *Store) lockShared(ctx context.Context) func() {
+	if isHostOrigin(ctx) {
+		return func() {}
+	}
+	s.apply.RLock()
+	return s.apply.RUnlock
+}
+
+// markDirty journals rels before a delegated change. Called again after the
+// change (see writeback's generation check): a writeback that raced with the
+// change then runs once more.
+func (s *Store) markDirty(rels ...string) error {
+	for _, r := range rels {
+		if err := s.queue.MarkDirty(r); err != nil {
+			return fmt.Errorf("journal %q: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// do runs one change of rels along route r: onHost (may be nil) is the host
+// half of a write-through, local the store half.
+func (s *Store) do(r route, rels []string, onHost, local func() error) error {
+	switch r {
+	case routeThrough:
+		if onHost != nil {
+			if err := onHost(); err != nil {
+				return err
+			}
+		}
+		if err := local(); err != nil {
+			return err
+		}
+		for _, rel := range rels {
+			s.rebase(rel)
+		}
+		return nil
+	case routeJournal:
+		if err := s.markDirty(rels...); err != nil {
+			return err
+		}
+		err := local()
+		s.markDirty(rels...)
+		return err
+	default:
+		return local()
+	}
+}
+
+// rebase records the host's current attributes as rel's base after a
+// write-through, so the host refresh does not take our own change for a host
+// edit.
+func (s *Store) rebase(rel string) {
+	st, err := s.host.Lstat(rel)
+	if err != nil {
+		return
+	}
+	s.setBase(rel, &st)
+}
+
+// Lookup returns the attributes of dir/name, listing dir from the host first
+// if it never was.
+func (s *Store) Lookup(dir, name string) (unix.Stat_t, error) {
+	if err := s.EnsurePopulated(dir); err != nil {
+		return unix.Stat_t{}, err
+	}
+	return s.local.Lstat(join(dir, name))
+}
+
+// Lstat returns the attributes of rel as the container sees them.
+func (s *Store) Lstat(rel string) (unix.Stat_t, error) { return s.local.Lstat(rel) }
+
+// ReadDir lists dir as the container sees it.
+func (s *Store) ReadDir(dir string) ([]hostpath.Entry, error) {
+	if err := s.EnsurePopulated(dir); err != nil {
+		return nil, err
+	}
+	return s.local.ReadDir(dir)
+}
+
+// Readlink returns a symlink's target, as stored: it is never followed here.
+func (s *Store) Readlink(rel string) (string, error) { return s.local.Readlink(rel) }
+
+// Owner is who a new entry belongs to (the calling container process).
+type Owner struct{ Uid, Gid int }
+
+func (s *Store) chown(rel string, o Owner) error { return s.local.Lchown(rel, o.Uid, o.Gid) }
+
+// hostChown sets the owner on the host, best effort: many shares refuse
+// chown, and the container's view (the store) is what the caller checks.
+func (s *Store) hostChown(rel string, o Owner) {
+	if err := s.host.Lchown(rel, o.Uid, o.Gid); err != nil {
+		s.log.Debug("host refused chown", "path", rel, "err", err)
+	}
+}
+
+// Mkdir creates directory rel.
+func (s *Store) Mkdir(ctx context.Context, rel string, mode uint32, o Owner) error {
+	defer s.lockShared(ctx)()
+	r := s.routeFor(ctx)
+	if r == routeLocal {
+		return s.adoptFromHost(rel)
+	}
+	return s.do(r, []string{rel},
+		func() error {
+			if err := s.host.Mkdir(rel, mode); err != nil {
+				return err
+			}
+			s.hostChown(rel, o)
+			return nil
+		},
+		func() error {
+			if err := s.local.Mkdir(rel, mode); err != nil {
+				return err
+			}
+			if err := s.chown(rel, o); err != nil {
+				return err
+			}
+			// New and empty on the host too: nothing to list later.
+			return s.local.Setxattr(rel, xattrPopulated, []byte("1"), 0)
+		})
+}
+
+// Mknod creates a FIFO, socket or device node. Such nodes always go straight
+// to the host (rule D8).
+func (s *Store) Mknod(ctx context.Context, rel string, mode uint32, dev uint64, o Owner) error {
+	defer s.lockShared(ctx)()
+	r := s.routeFor(ctx)
+	if r == routeLocal {
+		return s.adoptFromHost(rel)
+	}
+	if mode&unix.S_IFMT == unix.S_IFREG || mode&unix.S_IFMT == 0 {
+		// mknod(S_IFREG) is a plain create: follow the state's rule.
+		return s.do(r, []string{rel},
+			func() error {
+				if err := s.host.Mknod(rel, mode|unix.S_IFREG, 0); err != nil {
+					return err
+				}
+				s.hostChown(rel, o)
+				return nil
+			},
+			func() error {
+				if err := s.local.Mknod(rel, mode|unix.S_IFREG, 0); err != nil {
+					return err
+				}
+				return s.chown(rel, o)
+			})
+	}
+	return s.do(routeThrough, []string{rel},
+		func() error {
+			if err := s.host.Mknod(rel, mode, dev); err != nil {
+				return err
+			}
+			s.hostChown(rel, o)
+			return nil
+		},
+		func() error {
+			if err := s.local.Mknod(rel, mode, dev); err != nil {
+				return err
+			}
+			return s.chown(rel, o)
+		})
+}
+
+// Symlink creates a symlink at rel holding target verbatim.
+func (s *Store) Symlink(ctx context.Context, target, rel string, o Owner) error {
+	defer s.lockShared(ctx)()
+	r := s.routeFor(ctx)
+	if r == routeLocal {
+		return s.adoptFromHost(rel)
+	}
+	return s.do(r, []string{rel},
+		func() error {
+			if err := s.host.Symlink(target, rel); err != nil {
+				return err
+			}
+			s.hostChown(rel, o)
+			return nil
+		},
+		func() error {
+			if err := s.local.Symlink(target, rel); err != nil {
+				return err
+			}
+			return s.chown(rel, o)
+		})
+}
+
+// adoptFromHost brings the host entry at rel into the store (a host-origin
+// create): whatever the request said, the host's entry is what counts.
+func (s *Store) adoptFromHost(rel string) error {
+	st, err := s.host.Lstat(rel)
+	if err != nil {
+		return err
+	}
+	return s.adopt(rel, &st)
+}
+
+// Link creates newRel as a hard link to oldRel. Hard links are kept on the
+// host too, so a delegated link first writes oldRel back and then links on
+// both sides.
+func (s *Store) Link(ctx context.Context, oldRel, newRel string) error {
+	if s.routeFor(ctx) == routeJournal {
+		if err := s.Flush(ctx, oldRel); err != nil {
+			return err
+		}
+	}
+	defer s.lockShared(ctx)()
+	return s.do(routeThrough, []string{oldRel, newRel},
+		func() error { return s.host.Link(oldRel, newRel) },
+		func() error { return s.local.Link(oldRel, newRel) })
+}
+
+// Unlink removes the non-directory rel.
+func (s *Store) Unlink(ctx context.Context, rel string) error {
+	defer s.lockShared(ctx)()
+	r := s.routeFor(ctx)
+	if st, err := s.local.Lstat(rel); err == nil && isSpecial(st.Mode) && r != routeLocal {
+		r = routeThrough
+	}
+	return s.do(r, []string{rel},
+		func() error { return ignoreENOENT(s.host.Remove(rel)) },
+		func() error { return s.local.Remove(rel) })
+}
+
+// Rmdir removes the empty directory rel. Empty as the container would see
+// it: entries on the host it never listed count.
+func (s *Store) Rmdir(ctx context.Context, rel string) error {
+	if !isHostOrigin(ctx) {
+		if err := s.EnsurePopulated(rel); err != nil {
+			return err
+		}
+	}
+	defer s.lockShared(ctx)()
+	return s.do(s.routeFor(ctx), []string{rel},
+		func() error { return ignoreENOENT(s.host.Remove(rel)) },
+		func() error { return s.local.Remove(rel) })
+}
+
+func ignoreENOENT(err error) error {
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return err
+}
+
+// Rename renames oldRel to newRel (renameat2 flags: 0, RENAME_NOREPLACE,
+// RENAME_EXCHANGE).
+//
+// A delegated rename of a regular file whose content is in the store stays
+// local (both names journaled). Anything else — a directory, a stub whose
+// content is still only on the host, a special file — is renamed on the
+// host too, after writing back what is pending beneath both names, with all
+// container changes held off so nothing lands under the old name meanwhile.
+func (s *Store) Rename(ctx context.Context, oldRel, newRel string, flags uint32) error {
+	if flags&^(unix.RENAME_NOREPLACE|unix.RENAME_EXCHANGE) != 0 {
+		return unix.EINVAL
+	}
+	r := s.routeFor(ctx)
+	if r == routeLocal {
+		return s.local.Rename(oldRel, newRel, uint(flags))
+	}
+	if r == routeJournal && s.renamesLocally(oldRel, newRel, flags) {
+		defer s.lockShared(ctx)()
+		return s.do(r, []string{oldRel, newRel}, nil,
+			func() error { return s.local.Rename(oldRel, newRel, uint(flags)) })
+	}
+	s.apply.Lock()
+	defer s.apply.Unlock()
+	if r == routeJournal {
+		if err := s.Flush(ctx, oldRel, newRel); err != nil {
+			return err
+		}
+	}
+	if err := s.host.Rename(oldRel, newRel, uint(flags)); err != nil {
+		return err
+	}
+	if err := s.local.Rename(oldRel, newRel, uint(flags)); err != nil {
+		return err
+	}
+	s.rebase(newRel)
+	if flags&unix.RENAME_EXCHANGE != 0 {
+		s.rebase(oldRel)
+	}
+	return nil
+}
+
+// renamesLocally: only fetched regular files (on both sides of an exchange)
+// can be renamed in the store alone and written back later.
+func (s *Store) renamesLocally(oldRel, newRel string, flags uint32) bool {
+	ok := func(rel string) bool {
+		st, err := s.local.Lstat(rel)
+		return err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && !s.IsStub(rel)
+	}
+	if !ok(oldRel) {
+		return false
+	}
+	if flags&unix.RENAME_EXCHANGE != 0 {
+		return ok(newRel)
+	}
+	// Replacing a directory must go through (the host check for emptiness).
+	if st, err := s.local.Lstat(newRel); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return false
+	}
+	return true
+}
+
+// Attrs is a set of attribute changes; nil fields are left alone.
+type Attrs struct {
+	Mode         *uint32
+	Uid, Gid     *int
+	Size         *int64
+	Atime, Mtime *unix.Timespec
+}
+
+// Setattr changes rel's attributes.
+func (s *Store) Setattr(ctx context.Context, rel string, a Attrs) error {
+	r := s.routeFor(ctx)
+	if st, err := s.local.Lstat(rel); err == nil && isSpecial(st.Mode) && r != routeLocal {
+		r = routeThrough
+	}
+	if a.Size != nil && r != routeLocal {
+		if err := s.prepareTruncate(rel, *a.Size); err != nil {
+			return err
+		}
+	}
+	defer s.lockShared(ctx)()
+	return s.do(r, []string{rel},
+		func() error { return applyAttrs(s.host, rel, a) },
+		func() error { return applyAttrs(s.local, rel, a) })
+}
+
+// prepareTruncate: truncating a stub to zero needs none of its content;
+// any other size keeps a prefix of it, which must be fetched first.
+func (s *Store) prepareTruncate(rel string, size int64) error {
+	if !s.IsStub(rel) {
+		return nil
+	}
+	if size == 0 {
+		return ignoreENODATA(s.local.Removexattr(rel, xattrStub))
+	}
+	return s.EnsureContent(rel)
+}
+
+func ignoreENODATA(err error) error {
+	if errors.Is(err, unix.ENODATA) {
+		return nil
+	}
+	return err
+}
+
+func applyAttrs(root *hostpath.Root, rel string, a Attrs) error {
+	if a.Uid != nil || a.Gid != nil {
+		uid, gid := -1, -1
+		if a.Uid != nil {
+			uid = *a.Uid
+		}
+		if a.Gid != nil {
+			gid = *a.Gid
+		}
+		if err := root.Lchown(rel, uid, gid); err != nil {
+			return err
+		}
+	}
+	if a.Mode != nil {
+		if err := root.Chmod(rel, *a.Mode&07777); err != nil {
+			return err
+		}
+	}
+	if a.Size != nil {
+		if err := root.Truncate(rel, *a.Size); err != nil {
+			return err
+		}
+	}
+	if a.Atime != nil || a.Mtime != nil {
+		if err := root.Utimes(rel, a.Atime, a.Mtime); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Extended attributes. The store's own namespace is invisible to containers.
+
+// IsPrivateXattr reports names containers may not see or touch.
+func IsPrivateXattr(name string) bool {
+	return len(name) >= len(XattrPrefix) && name[:len(XattrPrefix)] == XattrPrefix
+}
+
+// Setxattr sets a container-visible extended attribute.
+func (s *Store) Setxattr(ctx context.Context, rel, name string, data []byte, flags int) error {
+	if IsPrivateXattr(name) {
+		return unix.EPERM
+	}
+	defer s.lockShared(ctx)()
+	return s.do(s.routeFor(ctx), []string{rel},
+		func() error { return s.host.Setxattr(rel, name, data, flags) },
+		func() error { return s.local.Setxattr(rel, name, data, flags) })
+}
+
+// Removexattr removes a container-visible extended attribute.
+func (s *Store) Removexattr(ctx context.Context, rel, name string) error {
+	if IsPrivateXattr(name) {
+		return unix.ENODATA
+	}
+	defer s.lockShared(ctx)()
+	return s.do(s.routeFor(ctx), []string{rel},
+		func() error { return s.host.Removexattr(rel, name) },
+		func() error { return s.local.Removexattr(rel, name) })
+}
+
+// Getxattr reads a container-visible extended attribute.
+func (s *Store) Getxattr(rel, name string, dest []byte) (int, error) {
+	if IsPrivateXattr(name) {
+		return 0, unix.ENODATA
+	}
+	return s.local.Getxattr(rel, name, dest)
+}
+
+// Listxattr lists container-visible extended attribute names ("\0"-separated).
+func (s *Store) Listxattr(rel string) ([]byte, error) {
+	buf := make([]byte, 4096)
+	for {
+		n, err := s.local.Listxattr(rel, buf)
+		if errors.Is(err, unix.ERANGE) {
+			buf = make([]byte, 2*len(buf))
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var out []byte
+		for _, name := range splitNames(buf[:n]) {
+			if !IsPrivateXattr(name) {
+				out = append(out, name...)
+				out = append(out, 0)
+			}
+		}
+		return out, nil
+	}
+}
+
+func splitNames(b []byte) []string {
+	var out []string
+	start := 0
+	for i, c := range b {
+		if c == 0 {
+			if i > start {
+				out = append(out, string(b[start:i]))
+			}
+			start = i + 1
+		}
+	}
+	return out
+}
+
+// Statfs reports the store's file system (where the container's writes land).
+func (s *Store) Statfs(st *unix.Statfs_t) error {
+	f, err := s.local.OpenFile("", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unix.Fstatfs(int(f.Fd()), st)
+}
+
+// dirOf returns the parent of rel ("" for top-level entries).
+func dirOf(rel string) string {
+	d := path.Dir(rel)
+	if d == "." {
+		return ""
+	}
+	return d
+}

@@ -1,0 +1,285 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// putter adapts Store to writeback.Putter.
+type putter struct{ s *Store }
+
+func (p putter) Put(ctx context.Context, rel string) error { return p.s.put(ctx, rel) }
+
+// put makes the host match the store at rel: its content and attributes, or
+// its absence. It is the only place delegated changes reach the host.
+//
+// Before overwriting a host entry it checks that the host still holds what
+// the store last saw there (the entry's base). If the host changed meanwhile
+// (rule D7) the host's copy is kept aside as "<name>.bindstate-conflict-<time>"
+// and a warning names both paths: never a silent loss.
+func (s *Store) put(ctx context.Context, rel string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	st, err := s.local.Lstat(rel)
+	if errors.Is(err, unix.ENOENT) {
+		return s.putAbsent(rel)
+	}
+	if err != nil {
+		return fmt.Errorf("writeback %q: %w", rel, err)
+	}
+	if rel != "" {
+		if err := s.ensureHostParent(ctx, rel); err != nil {
+			return err
+		}
+	}
+	hst, herr := s.host.Lstat(rel)
+	exists := herr == nil
+	if herr != nil && !errors.Is(herr, unix.ENOENT) {
+		return fmt.Errorf("writeback %q: %w", rel, herr)
+	}
+	if exists && rel != "" {
+		if err := s.checkConflict(rel, &st, &hst); err != nil {
+			return err
+		}
+		if hst2, err := s.host.Lstat(rel); err == nil {
+			hst = hst2
+		} else {
+			exists = false
+		}
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		err = s.putDir(ctx, rel, &st, exists, &hst)
+	case unix.S_IFREG:
+		err = s.putFile(rel, &st, exists, &hst)
+	case unix.S_IFLNK:
+		err = s.putSymlink(rel, &st, exists, &hst)
+	default:
+		if !exists {
+			err = s.host.Mknod(rel, st.Mode, st.Rdev)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("writeback %q: %w", rel, err)
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR || isSpecial(st.Mode) {
+		s.putAttrs(rel, &st)
+	}
+	if hst, err := s.host.Lstat(rel); err == nil {
+		s.setBase(rel, &hst)
+	}
+	return nil
+}
+
+// checkConflict keeps the host's copy aside if the host changed rel since
+// the store last saw it, or created rel while the container did too.
+func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
+	b, known := s.Base(rel)
+	switch {
+	case known && b.Matches(hst):
+		return nil
+	case !known && st.Mode&unix.S_IFMT == unix.S_IFDIR && hst.Mode&unix.S_IFMT == unix.S_IFDIR:
+		return nil // both made the same directory: merge, nothing to keep aside
+	case st.Mode&unix.S_IFMT == unix.S_IFDIR && hst.Mode&unix.S_IFMT == unix.S_IFDIR:
+		return nil // a directory's own attributes: the container's win, entries merge
+	case st.Mode&unix.S_IFMT == unix.S_IFLNK && hst.Mode&unix.S_IFMT == unix.S_IFLNK:
+		if t1, err := s.local.Readlink(rel); err == nil {
+			if t2, err := s.host.Readlink(rel); err == nil && t1 == t2 {
+				return nil
+			}
+		}
+	}
+	aside := rel + ".bindstate-conflict-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	if err := s.host.Rename(rel, aside, unix.RENAME_NOREPLACE); err != nil {
+		return fmt.Errorf("writeback %q: keep host copy aside: %w", rel, err)
+	}
+	s.conflicts.Add(1)
+	s.log.Warn("host and container both changed a path; container's version written, host's kept aside",
+		"path", rel, "host_copy", aside)
+	return nil
+}
+
+// ensureHostParent writes back missing parent directories first.
+func (s *Store) ensureHostParent(ctx context.Context, rel string) error {
+	parent := dirOf(rel)
+	if parent == "" {
+		return nil
+	}
+	if st, err := s.host.Lstat(parent); err == nil {
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			return nil
+		}
+	}
+	return s.put(ctx, parent)
+}
+
+// putAbsent removes rel from the host: the container deleted it.
+func (s *Store) putAbsent(rel string) error {
+	if rel == "" {
+		return errors.New("writeback: refusing to remove the source itself")
+	}
+	hst, err := s.host.Lstat(rel)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("writeback %q: %w", rel, err)
+	}
+	if b, known := s.Base(rel); !known || !b.Matches(&hst) {
+		// The store has no record any more (the entry is gone): say what is
+		// removed so a host edit never vanishes without a trace (rule D7).
+		s.log.Info("removing host entry deleted in the container", "path", rel)
+	}
+	if err := s.host.RemoveAll(rel); err != nil {
+		return fmt.Errorf("writeback %q: remove: %w", rel, err)
+	}
+	return nil
+}
+
+// putDir creates the directory on the host if missing; a directory the host
+// never had is written back with everything in it.
+func (s *Store) putDir(ctx context.Context, rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t) error {
+	if exists && hst.Mode&unix.S_IFMT != unix.S_IFDIR {
+		if err := s.host.RemoveAll(rel); err != nil {
+			return err
+		}
+		exists = false
+	}
+	if exists {
+		return nil
+	}
+	if err := s.host.Mkdir(rel, st.Mode&07777); err != nil && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	entries, err := s.local.ReadDir(rel)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := s.put(ctx, join(rel, e.Name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// putFile copies the store file's content to the host: into a temporary file
+// beside it, fsynced, then renamed over, so the host never sees a torn file.
+// A file with several hard links is rewritten in place to keep the links.
+func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t) error {
+	if s.IsStub(rel) && exists {
+		s.putAttrs(rel, st) // content never left the host; only attributes changed
+		return nil
+	}
+	src, err := s.local.OpenFile(rel, unix.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	if exists && hst.Mode&unix.S_IFMT == unix.S_IFREG && hst.Nlink > 1 {
+		dst, err := s.host.OpenFile(rel, unix.O_WRONLY|unix.O_TRUNC, 0)
+		if err != nil {
+			return err
+		}
+		if err := copyAndSync(dst, src); err != nil {
+			return err
+		}
+		s.putAttrs(rel, st)
+		return nil
+	}
+	if exists && hst.Mode&unix.S_IFMT == unix.S_IFDIR {
+		if err := s.host.RemoveAll(rel); err != nil {
+			return err
+		}
+	}
+	tmp := path.Join(dirOf(rel), ".bindstate-tmp-"+path.Base(rel)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	if len(path.Base(tmp)) > 255 {
+		tmp = path.Join(dirOf(rel), ".bindstate-tmp-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	}
+	dst, err := s.host.OpenFile(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, st.Mode&07777)
+	if err != nil {
+		return err
+	}
+	if err := copyAndSync(dst, src); err != nil {
+		s.host.Remove(tmp)
+		return err
+	}
+	s.putAttrs(tmp, st)
+	if err := s.host.Rename(tmp, rel, 0); err != nil {
+		s.host.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+func copyAndSync(dst, src *os.File) error {
+	_, err := io.Copy(dst, src)
+	if err == nil {
+		err = dst.Sync()
+	}
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// putSymlink replaces the host entry with a symlink of the same target.
+func (s *Store) putSymlink(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t) error {
+	target, err := s.local.Readlink(rel)
+	if err != nil {
+		return err
+	}
+	if exists && hst.Mode&unix.S_IFMT == unix.S_IFLNK {
+		if cur, err := s.host.Readlink(rel); err == nil && cur == target {
+			return nil
+		}
+	}
+	tmp := path.Join(dirOf(rel), ".bindstate-tmp-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	if err := s.host.Symlink(target, tmp); err != nil {
+		return err
+	}
+	if exists && hst.Mode&unix.S_IFMT == unix.S_IFDIR {
+		if err := s.host.RemoveAll(rel); err != nil {
+			s.host.Remove(tmp)
+			return err
+		}
+	}
+	if err := s.host.Rename(tmp, rel, 0); err != nil {
+		s.host.Remove(tmp)
+		return err
+	}
+	s.hostChown(rel, Owner{int(st.Uid), int(st.Gid)})
+	return nil
+}
+
+// putAttrs copies owner, mode, times and user xattrs to the host, best
+// effort for owner (shares often refuse chown).
+func (s *Store) putAttrs(rel string, st *unix.Stat_t) {
+	s.hostChown(rel, Owner{int(st.Uid), int(st.Gid)})
+	if err := s.host.Chmod(rel, st.Mode&07777); err != nil {
+		s.log.Debug("writeback chmod", "path", rel, "err", err)
+	}
+	if names, err := s.Listxattr(rel); err == nil {
+		buf := make([]byte, 64*1024)
+		for _, name := range splitNames(names) {
+			if n, err := s.local.Getxattr(rel, name, buf); err == nil {
+				if err := s.host.Setxattr(rel, name, buf[:n], 0); err != nil {
+					s.log.Debug("writeback xattr", "path", rel, "name", name, "err", err)
+				}
+			}
+		}
+	}
+	atime, mtime := st.Atim, st.Mtim
+	if err := s.host.Utimes(rel, &atime, &mtime); err != nil {
+		s.log.Debug("writeback utimes", "path", rel, "err", err)
+	}
+}

@@ -1,0 +1,330 @@
+// Package store is the local copy of one host source: a directory tree on
+// fast disk that serves the container's view, plus the journal of what the
+// host has not seen yet. It knows nothing of FUSE: package fsys translates
+// kernel requests into the calls below, and package syncer brings host
+// changes in.
+//
+// The store is filled lazily. A directory is "populated" the first time it
+// is looked into: its host entries are created locally, regular files as
+// sparse "stubs" of the right size and metadata whose content is fetched on
+// first open. Bookkeeping lives in xattrs under user.bindstate.* on the store
+// entries themselves, so it moves with renames and survives crashes
+// atomically with the entry; fsys hides that namespace from containers.
+//
+// What a change does depends on the state (package consistency) and on who
+// made it (Origin): a container change in the cached state is made on the
+// host first and then locally (write-through, rule C3); in the delegated
+// state it is journaled, made locally and written back later (D2, D4); a
+// change that brings a host edit in (HostOrigin) is made locally only.
+//
+// Every path, on the host and in the store, is resolved with package
+// hostpath, so neither a hostile name nor a symlink swap can leave the tree.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/consistency"
+	"github.com/bindstate/bindstate/plugin/hostpath"
+	"github.com/bindstate/bindstate/plugin/journal"
+	"github.com/bindstate/bindstate/plugin/writeback"
+)
+
+// XattrPrefix is the namespace of the store's own bookkeeping. Containers
+// never see, set or remove names in it.
+const XattrPrefix = "user.bindstate."
+
+const (
+	xattrStub      = XattrPrefix + "stub"      // file: content not fetched from the host yet
+	xattrPopulated = XattrPrefix + "populated" // dir: host entries have been listed into it
+	xattrBase      = XattrPrefix + "base"      // host attributes when last in sync (rule D7)
+)
+
+// Config says what a Store serves and where it keeps it.
+type Config struct {
+	Host      *hostpath.Root // the source; the Store does not close it
+	Tree      string         // local directory holding the container's view (created)
+	Journal   string         // journal file (delegated only)
+	State     consistency.State
+	WriteBack writeback.Options
+	Log       *slog.Logger
+}
+
+// Store serves one (source, state). It is safe for concurrent use.
+//
+// Lock order: Store.apply before Store.locks' per-path mutexes. Container
+// operations hold apply shared; bringing one host change in holds it
+// exclusively (so a container change and a host change to the same path
+// never interleave), except that requests made by the applier's own threads
+// (HostOrigin) take no lock: the applier already holds it.
+type Store struct {
+	host    *hostpath.Root
+	local   *hostpath.Root
+	state   consistency.State
+	journal *journal.Journal // nil unless delegated
+	queue   *writeback.Queue // nil unless delegated
+	log     *slog.Logger
+	apply   sync.RWMutex
+	locks   keyedMutex // per-path: populate and fetch happen once
+	threads Threads    // OS threads whose requests are host-origin
+
+	busyMu sync.Mutex
+	busy   map[string]int // paths open for writing through to the host (cached)
+
+	conflicts atomic.Int64 // host copies kept aside (D7)
+	fetched   atomic.Int64 // files whose content came from the host
+}
+
+// Open opens (creating if needed) the store described by cfg. For the
+// delegated state it replays the journal and resumes writeback of whatever an
+// earlier run left unwritten.
+func Open(cfg Config) (*Store, error) {
+	if !cfg.State.NeedsStore() {
+		return nil, fmt.Errorf("store: state %s is served as a plain bind, not from a store", cfg.State)
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.Tree, 0o755); err != nil {
+		return nil, fmt.Errorf("store: create tree %s: %w", cfg.Tree, err)
+	}
+	local, err := hostpath.Open(cfg.Tree)
+	if err != nil {
+		return nil, fmt.Errorf("store: open tree: %w", err)
+	}
+	s := &Store{host: cfg.Host, local: local, state: cfg.State, log: cfg.Log}
+	// The store keeps its bookkeeping in user xattrs: refuse a disk that
+	// cannot hold them instead of misbehaving later.
+	if err := local.Setxattr("", XattrPrefix+"probe", []byte("1"), 0); err != nil {
+		local.Close()
+		return nil, fmt.Errorf("store: %s must support user xattrs (ext4, xfs, btrfs, tmpfs): %w", cfg.Tree, err)
+	}
+	if err := s.syncRootAttrs(); err != nil {
+		local.Close()
+		return nil, err
+	}
+	if cfg.State.WritesBack() {
+		j, err := journal.Open(cfg.Journal)
+		if err != nil {
+			local.Close()
+			return nil, fmt.Errorf("store: %w", err)
+		}
+		s.journal = j
+		s.queue = writeback.New(j, putter{s}, cfg.WriteBack)
+		if n := len(j.Pending()); n > 0 {
+			s.log.Info("resuming writeback left by an earlier run", "pending", n)
+		}
+	}
+	return s, nil
+}
+
+// Close stops writeback (unwritten paths stay journaled) and releases the tree.
+func (s *Store) Close() error {
+	var errs []error
+	if s.queue != nil {
+		s.queue.Close()
+	}
+	if s.journal != nil {
+		errs = append(errs, s.journal.Close())
+	}
+	errs = append(errs, s.local.Close())
+	return errors.Join(errs...)
+}
+
+// State is the state this store serves.
+func (s *Store) State() consistency.State { return s.state }
+
+// Host is the source the store mirrors.
+func (s *Store) Host() *hostpath.Root { return s.host }
+
+// Local is the store's own tree (for the FUSE layer's reads and stats).
+func (s *Store) Local() *hostpath.Root { return s.local }
+
+// Threads is the registry of applier threads (see HostOrigin).
+func (s *Store) Threads() *Threads { return &s.threads }
+
+// Flush returns once every change under the given paths ("" or none: all) is
+// on the host. It is a no-op unless delegated (cached writes are already
+// there, rule C3).
+func (s *Store) Flush(ctx context.Context, rels ...string) error {
+	if s.queue == nil {
+		return nil
+	}
+	if len(rels) == 0 {
+		rels = []string{""}
+	}
+	return s.queue.Flush(ctx, rels...)
+}
+
+// Stats is a snapshot for status reports.
+type Stats struct {
+	WriteBack writeback.Stats
+	Conflicts int64
+	Fetched   int64
+}
+
+// Stats returns a snapshot.
+func (s *Store) Stats() Stats {
+	st := Stats{Conflicts: s.conflicts.Load(), Fetched: s.fetched.Load()}
+	if s.queue != nil {
+		st.WriteBack = s.queue.Stats()
+	}
+	return st
+}
+
+// IsDirty reports whether rel or anything beneath it has changes the host
+// has not seen yet (always false unless delegated).
+func (s *Store) IsDirty(rel string) bool {
+	return s.queue != nil && s.queue.IsDirty(rel)
+}
+
+// syncRootAttrs gives the store's root the host root's owner and mode, so
+// the mount's root looks like the source.
+func (s *Store) syncRootAttrs() error {
+	st, err := s.host.Lstat("")
+	if err != nil {
+		return fmt.Errorf("store: source: %w", err)
+	}
+	if err := s.local.Lchown("", int(st.Uid), int(st.Gid)); err != nil {
+		return err
+	}
+	return s.local.Chmod("", st.Mode&07777)
+}
+
+// Base is the host's attributes as last seen in sync with the store entry.
+// A host entry whose attributes differ from its base changed on the host.
+type Base struct {
+	Mode  uint32 // type and permission bits
+	Size  int64
+	Mtime int64 // nanoseconds
+}
+
+func baseOf(st *unix.Stat_t) Base {
+	return Base{Mode: st.Mode, Size: st.Size, Mtime: st.Mtim.Nano()}
+}
+
+// Matches reports whether a host entry still looks as it did at base. Only
+// what sftp and other shares keep stable is compared (no inode numbers).
+func (b Base) Matches(st *unix.Stat_t) bool {
+	return b.Mode == st.Mode && b.Mtime == st.Mtim.Nano() && (b.Size == st.Size || st.Mode&unix.S_IFMT == unix.S_IFDIR)
+}
+
+func (b Base) encode() []byte {
+	return []byte(fmt.Sprintf("v1 %o %d %d", b.Mode, b.Size, b.Mtime))
+}
+
+func decodeBase(p []byte) (Base, bool) {
+	f := strings.Fields(string(p))
+	if len(f) != 4 || f[0] != "v1" {
+		return Base{}, false
+	}
+	mode, err1 := strconv.ParseUint(f[1], 8, 32)
+	size, err2 := strconv.ParseInt(f[2], 10, 64)
+	mt, err3 := strconv.ParseInt(f[3], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return Base{}, false
+	}
+	return Base{Mode: uint32(mode), Size: size, Mtime: mt}, true
+}
+
+// Base returns the host attributes recorded when rel was last in sync, and
+// whether any were recorded (an entry the container created has none).
+func (s *Store) Base(rel string) (Base, bool) {
+	buf := make([]byte, 64)
+	n, err := s.local.Getxattr(rel, xattrBase, buf)
+	if err != nil {
+		return Base{}, false
+	}
+	return decodeBase(buf[:n])
+}
+
+func (s *Store) setBase(rel string, st *unix.Stat_t) error {
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		// user.* xattrs cannot be set on symlinks; a link is compared by target.
+		return nil
+	}
+	return s.local.Setxattr(rel, xattrBase, baseOf(st).encode(), 0)
+}
+
+func (s *Store) hasXattr(rel, name string) bool {
+	var b [8]byte
+	_, err := s.local.Getxattr(rel, name, b[:])
+	return err == nil
+}
+
+// IsStub reports whether rel is a regular file whose content has not been
+// fetched from the host yet.
+func (s *Store) IsStub(rel string) bool { return s.hasXattr(rel, xattrStub) }
+
+// keyedMutex is a set of mutexes by path, created on demand.
+type keyedMutex struct {
+	mu sync.Mutex
+	m  map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) Lock(key string) func() {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = make(map[string]*keyedEntry)
+	}
+	e := k.m[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.m[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		e.refs--
+		if e.refs == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+// Busy reports whether rel has changes the host has not seen (delegated) or
+// is open for writing through to the host (cached): the host refresh leaves
+// such paths alone.
+func (s *Store) Busy(rel string) bool {
+	if s.IsDirty(rel) {
+		return true
+	}
+	s.busyMu.Lock()
+	defer s.busyMu.Unlock()
+	return s.busy[rel] > 0
+}
+
+func (s *Store) holdBusy(rel string) func() {
+	s.busyMu.Lock()
+	if s.busy == nil {
+		s.busy = make(map[string]int)
+	}
+	s.busy[rel]++
+	s.busyMu.Unlock()
+	return func() {
+		s.busyMu.Lock()
+		if s.busy[rel]--; s.busy[rel] <= 0 {
+			delete(s.busy, rel)
+		}
+		s.busyMu.Unlock()
+	}
+}

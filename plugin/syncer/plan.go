@@ -1,0 +1,90 @@
+// Package syncer brings host changes into a store: it scans the host, plans
+// what to change (a pure function, Plan), and applies each change through the
+// FUSE mount so that the kernel raises inotify events inside containers
+// (watch-mode tools depend on them; rules C2, D1, D6).
+//
+// The other direction, container changes to the host, is package writeback.
+package syncer
+
+import (
+	"sort"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/hostpath"
+	"github.com/bindstate/bindstate/plugin/store"
+)
+
+// Kind is what one action does to the container's view.
+type Kind int
+
+const (
+	Create  Kind = iota + 1 // the host has an entry the store lacks
+	Delete                  // the host lost an entry the store still has
+	Update                  // content or attributes changed on the host
+	Replace                 // the entry's type (or a symlink's target) changed
+)
+
+func (k Kind) String() string {
+	return [...]string{"?", "create", "delete", "update", "replace"}[k]
+}
+
+// Action is one planned change to one name in a directory.
+type Action struct {
+	Kind Kind
+	Name string
+	Host unix.Stat_t // the host entry (zero for Delete)
+}
+
+// Local is what Plan needs to know of a store entry.
+type Local struct {
+	Name    string
+	Mode    uint32     // type and permission bits in the store
+	Base    store.Base // host attributes when last in sync
+	HasBase bool       // false for entries the container made
+}
+
+// Plan compares one directory's host entries with its store entries and
+// returns the changes that bring host edits in, sorted by name. busy(name)
+// reports entries the container has changed and not yet written back (or is
+// writing through): those are never touched, the container's view wins
+// until writeback (rule D7 handles a clash there). Entries the container
+// made (no base) are never deleted.
+func Plan(host []hostpath.Entry, local []Local, busy func(name string) bool) []Action {
+	byName := make(map[string]*Local, len(local))
+	for i := range local {
+		byName[local[i].Name] = &local[i]
+	}
+	var out []Action
+	seen := make(map[string]bool, len(host))
+	for _, h := range host {
+		seen[h.Name] = true
+		l := byName[h.Name]
+		if busy(h.Name) {
+			continue
+		}
+		switch {
+		case l == nil:
+			out = append(out, Action{Kind: Create, Name: h.Name, Host: h.Stat})
+		case !l.HasBase:
+			// made in the container and already written back without a
+			// base, or made on both sides: leave it to writeback
+		case l.Mode&unix.S_IFMT != h.Stat.Mode&unix.S_IFMT:
+			out = append(out, Action{Kind: Replace, Name: h.Name, Host: h.Stat})
+		case l.Base.Matches(&h.Stat):
+			// unchanged
+		case h.Stat.Mode&unix.S_IFMT == unix.S_IFLNK:
+			out = append(out, Action{Kind: Replace, Name: h.Name, Host: h.Stat})
+		default:
+			out = append(out, Action{Kind: Update, Name: h.Name, Host: h.Stat})
+		}
+	}
+	for _, l := range local {
+		if seen[l.Name] || !l.HasBase || busy(l.Name) {
+			continue
+		}
+		out = append(out, Action{Kind: Delete, Name: l.Name})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}

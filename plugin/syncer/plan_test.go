@@ -1,0 +1,87 @@
+package syncer
+
+import (
+	"reflect"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/hostpath"
+	"github.com/bindstate/bindstate/plugin/store"
+)
+
+func hostFile(name string, size, mtime int64) hostpath.Entry {
+	return hostpath.Entry{Name: name, Stat: unix.Stat_t{Mode: unix.S_IFREG | 0o644, Size: size, Mtim: unix.NsecToTimespec(mtime)}}
+}
+
+func hostOf(name string, mode uint32, mtime int64) hostpath.Entry {
+	return hostpath.Entry{Name: name, Stat: unix.Stat_t{Mode: mode, Mtim: unix.NsecToTimespec(mtime)}}
+}
+
+func synced(e hostpath.Entry) Local {
+	return Local{Name: e.Name, Mode: e.Stat.Mode, HasBase: true,
+		Base: store.Base{Mode: e.Stat.Mode, Size: e.Stat.Size, Mtime: e.Stat.Mtim.Nano()}}
+}
+
+func kinds(as []Action) map[string]Kind {
+	out := map[string]Kind{}
+	for _, a := range as {
+		out[a.Name] = a.Kind
+	}
+	return out
+}
+
+// The plan brings host edits in (rules C2, D6) and never touches what the
+// container changed and has not written back (D7 decides those at writeback).
+func TestPlan_C2_D6(t *testing.T) {
+	f1 := hostFile("same", 10, 100)
+	f2 := hostFile("edited", 10, 100)
+	f2new := hostFile("edited", 12, 200)
+	dir := hostOf("dir", unix.S_IFDIR|0o755, 100)
+	dirAsFile := hostFile("dir", 1, 300)
+	link := hostOf("link", unix.S_IFLNK|0o777, 100)
+	linkNew := hostOf("link", unix.S_IFLNK|0o777, 400)
+	none := func(string) bool { return false }
+	cases := []struct {
+		name  string
+		host  []hostpath.Entry
+		local []Local
+		busy  func(string) bool
+		want  map[string]Kind
+	}{
+		{"unchanged", []hostpath.Entry{f1}, []Local{synced(f1)}, none, map[string]Kind{}},
+		{"new on host", []hostpath.Entry{f1}, nil, none, map[string]Kind{"same": Create}},
+		{"edited on host", []hostpath.Entry{f2new}, []Local{synced(f2)}, none, map[string]Kind{"edited": Update}},
+		{"deleted on host", nil, []Local{synced(f1)}, none, map[string]Kind{"same": Delete}},
+		{"type changed", []hostpath.Entry{dirAsFile}, []Local{synced(dir)}, none, map[string]Kind{"dir": Replace}},
+		{"symlink retargeted", []hostpath.Entry{linkNew}, []Local{synced(link)}, none, map[string]Kind{"link": Replace}},
+		{"made in container, not on host", nil, []Local{{Name: "mine", Mode: unix.S_IFREG}}, none, map[string]Kind{}},
+		{"edited on both: container wins until writeback (D7)", []hostpath.Entry{f2new}, []Local{synced(f2)},
+			func(n string) bool { return n == "edited" }, map[string]Kind{}},
+		{"deleted in container, still on host", []hostpath.Entry{f1}, nil,
+			func(n string) bool { return n == "same" }, map[string]Kind{}},
+		{"deleted on host while container writes", nil, []Local{synced(f1)},
+			func(n string) bool { return n == "same" }, map[string]Kind{}},
+		{"directory mtime only", []hostpath.Entry{hostOf("dir", unix.S_IFDIR|0o755, 999)}, []Local{synced(dir)}, none,
+			map[string]Kind{"dir": Update}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := kinds(Plan(c.host, c.local, c.busy))
+			if !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("plan = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestPlanIsSortedAndCarriesHostAttrs(t *testing.T) {
+	host := []hostpath.Entry{hostFile("b", 1, 1), hostFile("a", 2, 2)}
+	got := Plan(host, []Local{{Name: "c", Mode: unix.S_IFREG, HasBase: true}}, func(string) bool { return false })
+	if len(got) != 3 || got[0].Name != "a" || got[1].Name != "b" || got[2].Name != "c" {
+		t.Fatalf("not sorted: %+v", got)
+	}
+	if got[0].Host.Size != 2 {
+		t.Fatalf("host attrs lost: %+v", got[0])
+	}
+}
