@@ -13,11 +13,21 @@
 // "." name the Root itself. Errors are *os.PathError / *os.LinkError wrapping
 // the errno, with Op naming the operation and Path the full host path, so that
 // callers can both log them and hand the errno to the kernel.
+//
+// These calls run on every FUSE operation of a store, so the common case is
+// kept cheap: a single-component rel is acted on directly from the Root's fd
+// (one syscall, no openat2), a rel that is already canonical is not copied,
+// and error paths are only built when there is an error.
 package hostpath
 
 import (
 	"errors"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -25,6 +35,10 @@ import (
 // ErrEscape is wrapped by errors for paths that would leave the Root
 // ("..", absolute paths, NUL bytes, or a symlink on the way).
 var ErrEscape = errors.New("path escapes the source")
+
+// resolveBeneath is how every intermediate directory is reached: never above
+// the starting fd, never through a symlink (nor a /proc magic link).
+const resolveBeneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
 
 // Root is an open host directory beneath which all operations are confined.
 // It is safe for concurrent use.
@@ -42,7 +56,18 @@ type Entry struct {
 // Open opens dir (an absolute host path) as a Root. dir itself must be a real
 // directory: a symlink as the last component is refused. (Symlinks in
 // dir's ancestors are the caller's business: see Policy.)
-func Open(dir string) (*Root, error) { return nil, errors.New("unimplemented") }
+func Open(dir string) (*Root, error) {
+	if !filepath.IsAbs(dir) {
+		return nil, &os.PathError{Op: "open root", Path: dir, Err: errors.New("not an absolute path")}
+	}
+	// O_PATH|O_NOFOLLOW on a symlink yields the link itself, which
+	// O_DIRECTORY then refuses with ENOTDIR.
+	fd, err := openat(unix.AT_FDCWD, dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open root", Path: dir, Err: err}
+	}
+	return &Root{dir: filepath.Clean(dir), fd: fd}, nil
+}
 
 // Path is the host path the Root was opened with.
 func (r *Root) Path() string { return r.dir }
@@ -50,76 +75,763 @@ func (r *Root) Path() string { return r.dir }
 // Fd is the O_PATH descriptor of the directory (valid until Close).
 func (r *Root) Fd() int { return r.fd }
 
-// Close releases the directory fd.
-func (r *Root) Close() error { return nil }
+// Close releases the directory fd. Later calls return nil; Fd then reports -1
+// so that a stale Root is never mistaken for an open one.
+func (r *Root) Close() error {
+	if r.fd < 0 {
+		return nil
+	}
+	fd := r.fd
+	r.fd = -1
+	if err := unix.Close(fd); err != nil {
+		return &os.PathError{Op: "close root", Path: r.dir, Err: err}
+	}
+	return nil
+}
 
 // Clean validates rel and returns it in canonical form ("" for the root).
 // It refuses absolute paths, ".." components and NUL bytes with ErrEscape.
-func Clean(rel string) (string, error) { return "", errors.New("unimplemented") }
+func Clean(rel string) (string, error) {
+	c, ok := cleanRel(rel)
+	if !ok {
+		return "", &os.PathError{Op: "clean", Path: rel, Err: ErrEscape}
+	}
+	return c, nil
+}
+
+// cleanRel is Clean without the error value. A rel that is already canonical
+// (the common case: FUSE hands us clean names) is returned as is, unallocated.
+func cleanRel(rel string) (string, bool) {
+	if canonical(rel) {
+		return rel, true
+	}
+	if rel[0] == '/' || strings.IndexByte(rel, 0) >= 0 {
+		return "", false
+	}
+	var b strings.Builder
+	b.Grow(len(rel))
+	for part := range strings.SplitSeq(rel, "/") {
+		switch part {
+		case "", ".":
+			continue
+		case "..":
+			return "", false
+		}
+		if b.Len() > 0 {
+			b.WriteByte('/')
+		}
+		b.WriteString(part)
+	}
+	return b.String(), true
+}
+
+// canonical reports whether rel is "" or a/b/c with every component
+// non-empty and none of them ".", ".." or holding a NUL.
+func canonical(rel string) bool {
+	if rel == "" {
+		return true
+	}
+	start := 0
+	for i := 0; i <= len(rel); i++ {
+		if i < len(rel) {
+			switch rel[i] {
+			case 0:
+				return false
+			case '/':
+			default:
+				continue
+			}
+		}
+		switch rel[start:i] {
+		case "", ".", "..":
+			return false
+		}
+		start = i + 1
+	}
+	return true
+}
+
+// join is the host path of rel, for messages only.
+func (r *Root) join(rel string) string {
+	switch {
+	case rel == "":
+		return r.dir
+	case r.dir == "/":
+		return "/" + rel
+	}
+	return r.dir + "/" + rel
+}
+
+// pathErr wraps a failed operation on rel; nil stays nil.
+func (r *Root) pathErr(op, rel string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &os.PathError{Op: op, Path: r.join(rel), Err: err}
+}
+
+// linkErr wraps a failed two-path operation; nil stays nil.
+func (r *Root) linkErr(op, oldRel, newRel string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &os.LinkError{Op: op, Old: r.join(oldRel), New: r.join(newRel), Err: err}
+}
+
+// errnoError is an errno with an explanation. It matches both the errno (so
+// callers hand the errno to the kernel) and, when escape is set, ErrEscape.
+type errnoError struct {
+	errno  unix.Errno
+	msg    string
+	escape bool
+}
+
+func (e *errnoError) Error() string { return e.msg + ": " + e.errno.Error() }
+
+func (e *errnoError) Unwrap() []error {
+	if e.escape {
+		return []error{e.errno, ErrEscape}
+	}
+	return []error{e.errno}
+}
+
+// parent returns a directory fd holding rel's final component and that
+// component's name. A single-component rel (and "" for the Root itself,
+// named ".") is acted on directly from the Root's fd with no syscall; deeper
+// rels open their parent with openat2 beneath the Root. The caller must
+// release the fd. rel must be clean.
+func (r *Root) parent(rel string) (int, string, error) {
+	i := strings.LastIndexByte(rel, '/')
+	if i < 0 {
+		if rel == "" {
+			return r.fd, ".", nil
+		}
+		return r.fd, rel, nil
+	}
+	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: resolveBeneath}
+	fd, err := openat2(r.fd, rel[:i], &how)
+	if err != nil {
+		switch err {
+		case unix.ELOOP, unix.EXDEV:
+			// Not "too many links": openat2 met a symlink (or, for EXDEV,
+			// a way out) in a directory on the way.
+			return -1, "", &errnoError{errno: err.(unix.Errno), msg: "a symlink on the way: " + ErrEscape.Error(), escape: true}
+		}
+		return -1, "", err
+	}
+	return fd, rel[i+1:], nil
+}
+
+// release closes a parent fd from parent unless it is the Root's own.
+func (r *Root) release(fd int) {
+	if fd != r.fd && fd >= 0 {
+		unix.Close(fd)
+	}
+}
+
+// openat retries EINTR, which slow shares (NFS, sshfs) may return.
+func openat(dirfd int, name string, flags int, mode uint32) (int, error) {
+	for {
+		fd, err := unix.Openat(dirfd, name, flags, mode)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
+}
+
+// openat2 retries EINTR, and EAGAIN, which RESOLVE_BENEATH returns when a
+// concurrent rename makes it unsure (a bounded number of times).
+func openat2(dirfd int, name string, how *unix.OpenHow) (int, error) {
+	for try := 0; ; try++ {
+		fd, err := unix.Openat2(dirfd, name, how)
+		if err == unix.EINTR || (err == unix.EAGAIN && try < 64) {
+			continue
+		}
+		return fd, err
+	}
+}
 
 // Lstat returns the attributes of rel without following a final symlink.
 func (r *Root) Lstat(rel string) (unix.Stat_t, error) {
-	return unix.Stat_t{}, errors.New("unimplemented")
+	var st unix.Stat_t
+	c, ok := cleanRel(rel)
+	if !ok {
+		return st, r.pathErr("lstat", rel, ErrEscape)
+	}
+	dfd, name, err := r.parent(c)
+	if err != nil {
+		return st, r.pathErr("lstat", c, err)
+	}
+	err = unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	r.release(dfd)
+	return st, r.pathErr("lstat", c, err)
 }
 
 // OpenFile opens a regular file or directory beneath the root. O_NOFOLLOW and
 // O_CLOEXEC are always added; a symlink anywhere on the way fails with ELOOP.
+//
+// Anything else (FIFO, socket, device node: a container can make one on the
+// host, or swap one in between a caller's Lstat and this open) is refused
+// with ENXIO rather than handed to a root process to read: the entry is
+// opened with O_NONBLOCK (so a FIFO cannot block us) and O_NOCTTY, checked
+// with fstat, and O_NONBLOCK is cleared again unless the caller asked for it.
+// O_PATH opens and O_CREAT|O_EXCL (which can only make a regular file) skip
+// the check.
 func (r *Root) OpenFile(rel string, flags int, mode uint32) (*os.File, error) {
-	return nil, errors.New("unimplemented")
+	c, ok := cleanRel(rel)
+	if !ok {
+		return nil, r.pathErr("open", rel, ErrEscape)
+	}
+	flags |= unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NOCTTY
+	check := flags&unix.O_PATH == 0 && flags&(unix.O_CREAT|unix.O_EXCL) != unix.O_CREAT|unix.O_EXCL
+	oflags := flags
+	if check {
+		oflags |= unix.O_NONBLOCK
+	}
+	dfd, name, err := r.parent(c)
+	if err != nil {
+		return nil, r.pathErr("open", c, err)
+	}
+	fd, err := openat(dfd, name, oflags, mode)
+	r.release(dfd)
+	if err != nil {
+		return nil, r.pathErr("open", c, err)
+	}
+	if check {
+		if err := checkOpened(fd, flags); err != nil {
+			unix.Close(fd)
+			return nil, r.pathErr("open", c, err)
+		}
+	}
+	return os.NewFile(uintptr(fd), r.join(c)), nil
 }
 
-// ReadDir lists rel with an lstat of each entry, sorted by name.
-func (r *Root) ReadDir(rel string) ([]Entry, error) { return nil, errors.New("unimplemented") }
+// checkOpened refuses what is neither a regular file nor a directory and
+// restores the caller's O_NONBLOCK choice.
+func checkOpened(fd, flags int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if t := st.Mode & unix.S_IFMT; t != unix.S_IFREG && t != unix.S_IFDIR {
+		return &errnoError{errno: unix.ENXIO, msg: "not a regular file or directory"}
+	}
+	if flags&unix.O_NONBLOCK == 0 {
+		// F_SETFL only looks at O_APPEND, O_ASYNC, O_DIRECT, O_NOATIME and
+		// O_NONBLOCK; the first ones are as open set them. O_ASYNC is masked
+		// because open ignores it and F_SETFL would not.
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags&^(unix.O_NONBLOCK|unix.O_ASYNC)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// direntBufs holds getdents buffers, so a listing allocates only its result.
+var direntBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// openDir opens directory rel (clean) for reading, never through a symlink.
+func (r *Root) openDir(rel string) (int, error) {
+	dfd, name, err := r.parent(rel)
+	if err != nil {
+		return -1, err
+	}
+	fd, err := openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	r.release(dfd)
+	return fd, err
+}
+
+// readNames lists the names in the open directory fd (without "." and "..").
+func readNames(fd int) ([]string, error) {
+	bp := direntBufs.Get().(*[]byte)
+	defer direntBufs.Put(bp)
+	buf := *bp
+	var names []string
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return names, err
+		}
+		if n <= 0 {
+			return names, nil
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	}
+}
+
+// ReadDir lists rel with an lstat of each entry, sorted by name. An entry
+// that disappears between the listing and its lstat is left out.
+func (r *Root) ReadDir(rel string) ([]Entry, error) {
+	c, ok := cleanRel(rel)
+	if !ok {
+		return nil, r.pathErr("readdir", rel, ErrEscape)
+	}
+	fd, err := r.openDir(c)
+	if err != nil {
+		return nil, r.pathErr("readdir", c, err)
+	}
+	defer unix.Close(fd)
+	names, err := readNames(fd)
+	if err != nil {
+		return nil, r.pathErr("readdir", c, err)
+	}
+	entries := make([]Entry, 0, len(names))
+	for _, name := range names {
+		entries = append(entries, Entry{Name: name})
+		e := &entries[len(entries)-1]
+		if err := unix.Fstatat(fd, name, &e.Stat, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			entries = entries[:len(entries)-1]
+			if err == unix.ENOENT {
+				continue
+			}
+			return nil, r.pathErr("lstat", joinRel(c, name), err)
+		}
+	}
+	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
+	return entries, nil
+}
+
+// joinRel joins a clean rel and a name.
+func joinRel(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
 
 // Mkdir creates directory rel.
-func (r *Root) Mkdir(rel string, mode uint32) error { return errors.New("unimplemented") }
+func (r *Root) Mkdir(rel string, mode uint32) error {
+	c, ok := cleanRel(rel)
+	if !ok {
+		return r.pathErr("mkdir", rel, ErrEscape)
+	}
+	dfd, name, err := r.parent(c)
+	if err != nil {
+		return r.pathErr("mkdir", c, err)
+	}
+	err = unix.Mkdirat(dfd, name, mode)
+	r.release(dfd)
+	return r.pathErr("mkdir", c, err)
+}
 
 // Mknod creates a FIFO, socket or device node at rel (rule D8: such nodes
 // always live on the host).
-func (r *Root) Mknod(rel string, mode uint32, dev uint64) error { return errors.New("unimplemented") }
+func (r *Root) Mknod(rel string, mode uint32, dev uint64) error {
+	c, ok := cleanRel(rel)
+	if !ok {
+		return r.pathErr("mknod", rel, ErrEscape)
+	}
+	dfd, name, err := r.parent(c)
+	if err != nil {
+		return r.pathErr("mknod", c, err)
+	}
+	err = unix.Mknodat(dfd, name, mode, int(dev))
+	r.release(dfd)
+	return r.pathErr("mknod", c, err)
+}
 
 // Symlink creates a symlink at rel whose content is target, stored verbatim.
-func (r *Root) Symlink(target, rel string) error { return errors.New("unimplemented") }
+func (r *Root) Symlink(target, rel string) error {
+	c, ok := cleanRel(rel)
+	if !ok {
+		return r.pathErr("symlink", rel, ErrEscape)
+	}
+	dfd, name, err := r.parent(c)
+	if err != nil {
+		return r.pathErr("symlink", c, err)
+	}
+	err = unix.Symlinkat(target, dfd, name)
+	r.release(dfd)
+	return r.pathErr("symlink", c, err)
+}
 
 // Readlink returns the content of the symlink at rel.
-func (r *Root) Readlink(rel string) (string, error) { return "", errors.New("unimplemented") }
+func (r *Root) Readlink(rel string) (string, error) {
+	c, ok := cleanRel(rel)
+	if !ok {
+		return "", r.pathErr("readlink", rel, ErrEscape)
+	}
+	dfd, name, err := r.parent(c)
+	if err != nil {
+		return "", r.pathErr("readlink", c, err)
+	}
+	defer r.release(dfd)
+	var small [256]byte
+	buf := small[:]
+	for {
+		n, err := unix.Readlinkat(dfd, name, buf)
+		if err != nil {
+			return "", r.pathErr("readlink", c, err)
+		}
+		if n < len(buf) {
+			return string(buf[:n]), nil
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
 
 // Link creates a hard link newRel to the existing oldRel (never following).
-func (r *Root) Link(oldRel, newRel string) error { return errors.New("unimplemented") }
+func (r *Root) Link(oldRel, newRel string) error {
+	oc, ok1 := cleanRel(oldRel)
+	nc, ok2 := cleanRel(newRel)
+	if !ok1 || !ok2 {
+		return r.linkErr("link", oldRel, newRel, ErrEscape)
+	}
+	odfd, oname, err := r.parent(oc)
+	if err != nil {
+		return r.linkErr("link", oc, nc, err)
+	}
+	defer r.release(odfd)
+	ndfd, nname, err := r.parent(nc)
+	if err != nil {
+		return r.linkErr("link", oc, nc, err)
+	}
+	defer r.release(ndfd)
+	// No AT_SYMLINK_FOLLOW: a symlink is linked as the link itself.
+	return r.linkErr("link", oc, nc, unix.Linkat(odfd, oname, ndfd, nname, 0))
+}
 
 // Rename renames oldRel to newRel with renameat2 flags (0, RENAME_NOREPLACE,
 // RENAME_EXCHANGE).
-func (r *Root) Rename(oldRel, newRel string, flags uint) error { return errors.New("unimplemented") }
+func (r *Root) Rename(oldRel, newRel string, flags uint) error {
+	oc, ok1 := cleanRel(oldRel)
+	nc, ok2 := cleanRel(newRel)
+	if !ok1 || !ok2 {
+		return r.linkErr("rename", oldRel, newRel, ErrEscape)
+	}
+	odfd, oname, err := r.parent(oc)
+	if err != nil {
+		return r.linkErr("rename", oc, nc, err)
+	}
+	defer r.release(odfd)
+	ndfd, nname, err := r.parent(nc)
+	if err != nil {
+		return r.linkErr("rename", oc, nc, err)
+	}
+	defer r.release(ndfd)
+	return r.linkErr("rename", oc, nc, unix.Renameat2(odfd, oname, ndfd, nname, flags))
+}
 
 // Remove unlinks a non-directory or removes an empty directory at rel.
-func (r *Root) Remove(rel string) error { return errors.New("unimplemented") }
+func (r *Root) Remove(rel string) error {
+	c, ok := cleanRel(rel)
+	if !ok {
+		return r.pathErr("remove", rel, ErrEscape)
+	}
+	if c == "" {
+		return r.pathErr("remove", c, errIsRoot)
+	}
+	dfd, name, err := r.parent(c)
+	if err != nil {
+		return r.pathErr("remove", c, err)
+	}
+	defer r.release(dfd)
+	return r.pathErr("remove", c, removeAt(dfd, name))
+}
+
+// errIsRoot refuses to remove the Root itself (EBUSY, as for a mountpoint).
+var errIsRoot = &errnoError{errno: unix.EBUSY, msg: "refusing to remove the source itself"}
+
+// removeAt removes one entry like os.Remove: unlink, then rmdir if it is a
+// directory (Linux says EISDIR; some file systems say EPERM).
+func removeAt(dfd int, name string) error {
+	err := unix.Unlinkat(dfd, name, 0)
+	if err == nil || (err != unix.EISDIR && err != unix.EPERM) {
+		return err
+	}
+	if err1 := unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR); err1 != unix.ENOTDIR {
+		return err1
+	}
+	return err
+}
 
 // RemoveAll removes rel and everything below it without following symlinks.
 // It refuses to remove the Root itself. A missing rel is not an error.
-func (r *Root) RemoveAll(rel string) error { return errors.New("unimplemented") }
+//
+// It walks down by directory fds (openat O_NOFOLLOW|O_DIRECTORY, unlinkat
+// on names read from that fd), never by path strings, so a directory swapped
+// for a symlink mid-walk is unlinked as a link, never descended through.
+// It holds one fd per level of depth.
+func (r *Root) RemoveAll(rel string) error {
+	c, ok := cleanRel(rel)
+	if !ok {
+		return r.pathErr("removeall", rel, ErrEscape)
+	}
+	if c == "" {
+		return r.pathErr("removeall", c, errIsRoot)
+	}
+	dfd, name, err := r.parent(c)
+	if err == unix.ENOENT {
+		return nil
+	}
+	if err != nil {
+		return r.pathErr("removeall", c, err)
+	}
+	defer r.release(dfd)
+	return r.pathErr("removeall", c, removeAllAt(dfd, name))
+}
+
+// removeAllAt removes name in dfd and everything beneath it. Entries that
+// come and go meanwhile (a container still writing) are retried a few times.
+func removeAllAt(dfd int, name string) error {
+	var err error
+	for range 8 {
+		err = unix.Unlinkat(dfd, name, 0)
+		if err == nil || err == unix.ENOENT {
+			return nil
+		}
+		if err != unix.EISDIR && err != unix.EPERM {
+			return err
+		}
+		err = unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
+		switch err {
+		case nil, unix.ENOENT:
+			return nil
+		case unix.ENOTDIR:
+			continue // swapped for a non-directory: unlink it
+		case unix.ENOTEMPTY, unix.EEXIST:
+		default:
+			return err
+		}
+		openErr, err := emptyDir(dfd, name)
+		switch openErr {
+		case nil:
+		case unix.ENOENT:
+			return nil
+		case unix.ELOOP, unix.ENOTDIR:
+			continue // swapped for a symlink or file: unlink it
+		default:
+			return openErr
+		}
+		if err != nil {
+			return err
+		}
+		err = unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
+		switch err {
+		case nil, unix.ENOENT:
+			return nil
+		case unix.ENOTEMPTY, unix.EEXIST, unix.ENOTDIR:
+			continue // refilled meanwhile
+		}
+		return err
+	}
+	return err
+}
+
+// emptyDir removes everything inside directory name of dfd. openErr is
+// set when name could not be opened as a directory (it may have been
+// swapped for something else); err reports failures inside it.
+func emptyDir(dfd int, name string) (openErr, err error) {
+	fd, openErr := openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if openErr != nil {
+		return openErr, nil
+	}
+	defer unix.Close(fd)
+	names, err := readNames(fd)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		if e := removeAllAt(fd, n); e != nil && err == nil {
+			err = e
+		}
+	}
+	return nil, err
+}
 
 // Chmod sets the permission bits of rel (not following a final symlink).
-func (r *Root) Chmod(rel string, mode uint32) error { return errors.New("unimplemented") }
+// A symlink has no mode of its own: chmod of one fails with EOPNOTSUPP.
+func (r *Root) Chmod(rel string, mode uint32) error {
+	c, ok := cleanRel(rel)
+	if !ok {
+		return r.pathErr("chmod", rel, ErrEscape)
+	}
+	dfd, name, err := r.parent(c)
+	if err != nil {
+		return r.pathErr("chmod", c, err)
+	}
+	defer r.release(dfd)
+	// fchmodat2 (Linux 6.6) does it in one call. Without it x/sys reports
+	// EOPNOTSUPP for any file, so that answer is checked the slow way.
+	err = unix.Fchmodat(dfd, name, mode, unix.AT_SYMLINK_NOFOLLOW)
+	if err == unix.EOPNOTSUPP {
+		err = chmodByFd(dfd, name, mode)
+	}
+	return r.pathErr("chmod", c, err)
+}
+
+// chmodByFd chmods name through an O_PATH fd of exactly that entry (a
+// /proc/self/fd magic link lands on the inode, it is not a path lookup).
+func chmodByFd(dfd int, name string, mode uint32) error {
+	fd, err := openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return unix.EOPNOTSUPP
+	}
+	return unix.Chmod(procFd(fd), mode)
+}
 
 // Lchown sets the owner of rel (not following a final symlink). -1 keeps a value.
-func (r *Root) Lchown(rel string, uid, gid int) error { return errors.New("unimplemented") }
+func (r *Root) Lchown(rel string, uid, gid int) error {
+	c, ok := cleanRel(rel)
+	if !ok {
+		return r.pathErr("lchown", rel, ErrEscape)
+	}
+	dfd, name, err := r.parent(c)
+	if err != nil {
+		return r.pathErr("lchown", c, err)
+	}
+	err = unix.Fchownat(dfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
+	r.release(dfd)
+	return r.pathErr("lchown", c, err)
+}
 
 // Utimes sets access and modification times of rel (not following a final
 // symlink). A nil time is left unchanged (UTIME_OMIT).
 func (r *Root) Utimes(rel string, atime, mtime *unix.Timespec) error {
-	return errors.New("unimplemented")
+	c, ok := cleanRel(rel)
+	if !ok {
+		return r.pathErr("utimes", rel, ErrEscape)
+	}
+	ts := [2]unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
+	if atime != nil {
+		ts[0] = *atime
+	}
+	if mtime != nil {
+		ts[1] = *mtime
+	}
+	dfd, name, err := r.parent(c)
+	if err != nil {
+		return r.pathErr("utimes", c, err)
+	}
+	err = unix.UtimesNanoAt(dfd, name, ts[:], unix.AT_SYMLINK_NOFOLLOW)
+	r.release(dfd)
+	return r.pathErr("utimes", c, err)
 }
 
-// Truncate sets the size of the regular file rel.
-func (r *Root) Truncate(rel string, size int64) error { return errors.New("unimplemented") }
+// Truncate sets the size of the regular file rel. The open has O_NONBLOCK
+// so that a FIFO swapped in cannot block it (ftruncate then says EINVAL).
+func (r *Root) Truncate(rel string, size int64) error {
+	c, ok := cleanRel(rel)
+	if !ok {
+		return r.pathErr("truncate", rel, ErrEscape)
+	}
+	dfd, name, err := r.parent(c)
+	if err != nil {
+		return r.pathErr("truncate", c, err)
+	}
+	fd, err := openat(dfd, name, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	r.release(dfd)
+	if err != nil {
+		return r.pathErr("truncate", c, err)
+	}
+	for {
+		err = unix.Ftruncate(fd, size)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	unix.Close(fd)
+	return r.pathErr("truncate", c, err)
+}
+
+// procFd is the magic link of an open fd. Following it (getxattr, chmod)
+// lands on the very inode the fd holds, even when that is a symlink; the
+// l* variants would act on the /proc link instead, so they are not used.
+func procFd(fd int) string {
+	var b [32]byte
+	return string(strconv.AppendInt(append(b[:0], "/proc/self/fd/"...), int64(fd), 10))
+}
+
+// xattrPath opens rel itself (O_PATH|O_NOFOLLOW: a symlink is the link) and
+// returns its /proc/self/fd path and the fd to close (-1 for the Root's own).
+// There is no portable *at xattr syscall (getxattrat is Linux 6.13+).
+func (r *Root) xattrPath(rel string) (string, int, error) {
+	if rel == "" {
+		return procFd(r.fd), -1, nil
+	}
+	dfd, name, err := r.parent(rel)
+	if err != nil {
+		return "", -1, err
+	}
+	fd, err := openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	r.release(dfd)
+	if err != nil {
+		return "", -1, err
+	}
+	return procFd(fd), fd, nil
+}
+
+func closeFd(fd int) {
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+}
 
 // Getxattr, Setxattr, Listxattr and Removexattr act on rel itself, never on
-// a symlink's target.
+// a symlink's target. (The kernel refuses user.* xattrs on symlinks: EPERM.)
 func (r *Root) Getxattr(rel, name string, dest []byte) (int, error) {
-	return 0, errors.New("unimplemented")
+	c, ok := cleanRel(rel)
+	if !ok {
+		return 0, r.pathErr("getxattr", rel, ErrEscape)
+	}
+	p, fd, err := r.xattrPath(c)
+	if err != nil {
+		return 0, r.pathErr("getxattr", c, err)
+	}
+	n, err := unix.Getxattr(p, name, dest)
+	closeFd(fd)
+	return n, r.pathErr("getxattr", c, err)
 }
+
 func (r *Root) Setxattr(rel, name string, data []byte, flags int) error {
-	return errors.New("unimplemented")
+	c, ok := cleanRel(rel)
+	if !ok {
+		return r.pathErr("setxattr", rel, ErrEscape)
+	}
+	p, fd, err := r.xattrPath(c)
+	if err != nil {
+		return r.pathErr("setxattr", c, err)
+	}
+	err = unix.Setxattr(p, name, data, flags)
+	closeFd(fd)
+	return r.pathErr("setxattr", c, err)
 }
-func (r *Root) Listxattr(rel string, dest []byte) (int, error) { return 0, errors.New("unimplemented") }
-func (r *Root) Removexattr(rel, name string) error             { return errors.New("unimplemented") }
+
+func (r *Root) Listxattr(rel string, dest []byte) (int, error) {
+	c, ok := cleanRel(rel)
+	if !ok {
+		return 0, r.pathErr("listxattr", rel, ErrEscape)
+	}
+	p, fd, err := r.xattrPath(c)
+	if err != nil {
+		return 0, r.pathErr("listxattr", c, err)
+	}
+	n, err := unix.Listxattr(p, dest)
+	closeFd(fd)
+	return n, r.pathErr("listxattr", c, err)
+}
+
+func (r *Root) Removexattr(rel, name string) error {
+	c, ok := cleanRel(rel)
+	if !ok {
+		return r.pathErr("removexattr", rel, ErrEscape)
+	}
+	p, fd, err := r.xattrPath(c)
+	if err != nil {
+		return r.pathErr("removexattr", c, err)
+	}
+	err = unix.Removexattr(p, name)
+	closeFd(fd)
+	return r.pathErr("removexattr", c, err)
+}
