@@ -83,6 +83,11 @@ type Store struct {
 
 	conflicts atomic.Int64 // host copies kept aside (D7)
 	fetched   atomic.Int64 // files whose content came from the host
+
+	// Metrics (see Stats), counted where the work happens.
+	hits         atomic.Int64 // opens served from content already local (countHit)
+	writtenBytes atomic.Int64 // file content written back to the host (countWrittenBytes)
+	ops          sync.Map     // op kind -> *atomic.Int64 (CountOp)
 }
 
 // Open opens (creating if needed) the store described by cfg. For the
@@ -168,14 +173,38 @@ func (s *Store) Flush(ctx context.Context, rels ...string) error {
 
 // Stats is a snapshot for status reports.
 type Stats struct {
-	WriteBack writeback.Stats
-	Conflicts int64
-	Fetched   int64
+	WriteBack    writeback.Stats
+	Conflicts    int64
+	Fetched      int64
+	Hits         int64            // opens served from content already local
+	WrittenBytes int64            // file content written back to the host
+	Ops          map[string]int64 // container operations served, by kind
 }
+
+// CountOp counts one container operation of the given kind ("open",
+// "write", ...) for Stats.Ops.
+func (s *Store) CountOp(kind string) {
+	c, ok := s.ops.Load(kind)
+	if !ok {
+		c, _ = s.ops.LoadOrStore(kind, new(atomic.Int64))
+	}
+	c.(*atomic.Int64).Add(1)
+}
+
+// countHit counts an open served from content already local.
+func (s *Store) countHit() { s.hits.Add(1) }
+
+// countWrittenBytes counts n bytes of file content written back.
+func (s *Store) countWrittenBytes(n int64) { s.writtenBytes.Add(n) }
 
 // Stats returns a snapshot.
 func (s *Store) Stats() Stats {
-	st := Stats{Conflicts: s.conflicts.Load(), Fetched: s.fetched.Load()}
+	st := Stats{Conflicts: s.conflicts.Load(), Fetched: s.fetched.Load(),
+		Hits: s.hits.Load(), WrittenBytes: s.writtenBytes.Load(), Ops: make(map[string]int64)}
+	s.ops.Range(func(k, v any) bool {
+		st.Ops[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
 	if s.queue != nil {
 		st.WriteBack = s.queue.Stats()
 	}
@@ -249,8 +278,12 @@ func (s *Store) Base(rel string) (Base, bool) {
 }
 
 func (s *Store) setBase(rel string, st *unix.Stat_t) error {
-	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-		// user.* xattrs cannot be set on symlinks; a link is compared by target.
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG, unix.S_IFDIR:
+	default:
+		// The kernel allows user.* xattrs only on files and directories. A
+		// symlink is compared by target; FIFOs, sockets and devices belong to
+		// the host (rule D8), so the refresh mirrors them without a base.
 		return nil
 	}
 	return s.local.Setxattr(rel, xattrBase, baseOf(st).encode(), 0)

@@ -66,6 +66,10 @@ func Plan(host []hostpath.Entry, local []Local, busy func(name string) bool) []A
 		switch {
 		case l == nil:
 			out = append(out, Action{Kind: Create, Name: h.Name, Host: h.Stat})
+		case !l.HasBase && isSpecial(l.Mode) && l.Mode&unix.S_IFMT == h.Stat.Mode&unix.S_IFMT:
+			// a FIFO, socket or device: the host's node is the node (D8)
+		case !l.HasBase && isSpecial(l.Mode):
+			out = append(out, Action{Kind: Replace, Name: h.Name, Host: h.Stat})
 		case !l.HasBase:
 			// made in the container and already written back without a
 			// base, or made on both sides: leave it to writeback
@@ -80,11 +84,22 @@ func Plan(host []hostpath.Entry, local []Local, busy func(name string) bool) []A
 		}
 	}
 	for _, l := range local {
-		if seen[l.Name] || !l.HasBase || busy(l.Name) {
+		if seen[l.Name] || (!l.HasBase && !isSpecial(l.Mode)) || busy(l.Name) {
 			continue
 		}
 		out = append(out, Action{Kind: Delete, Name: l.Name})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// isSpecial reports FIFOs, sockets and devices. They have no base (the
+// kernel keeps no user xattrs on them) and always belong to the host (rule
+// D8): the store mirrors the host's node, whoever made it.
+func isSpecial(mode uint32) bool {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG, unix.S_IFDIR, unix.S_IFLNK:
+		return false
+	}
+	return true
 }

@@ -62,6 +62,12 @@ func TestPlan_C2_D6(t *testing.T) {
 			func(n string) bool { return n == "same" }, map[string]Kind{}},
 		{"deleted on host while container writes", nil, []Local{synced(f1)},
 			func(n string) bool { return n == "same" }, map[string]Kind{}},
+		// rule D8: special nodes have no base and mirror the host's.
+		{"D8 FIFO on both sides", []hostpath.Entry{hostOf("p", unix.S_IFIFO|0o644, 1)},
+			[]Local{{Name: "p", Mode: unix.S_IFIFO | 0o644}}, none, map[string]Kind{}},
+		{"D8 FIFO gone on host", nil, []Local{{Name: "p", Mode: unix.S_IFIFO | 0o644}}, none, map[string]Kind{"p": Delete}},
+		{"D8 FIFO became a socket on host", []hostpath.Entry{hostOf("p", unix.S_IFSOCK|0o755, 1)},
+			[]Local{{Name: "p", Mode: unix.S_IFIFO | 0o644}}, none, map[string]Kind{"p": Replace}},
 		{"directory mtime only", []hostpath.Entry{hostOf("dir", unix.S_IFDIR|0o755, 999)}, []Local{synced(dir)}, none,
 			map[string]Kind{"dir": Update}},
 	}
