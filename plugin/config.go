@@ -34,7 +34,8 @@ type config struct {
 	SocketName          string     // SOCKET_NAME: plugin name, or an absolute socket path
 	SocketGID           int        // SOCKET_GID: group owning the socket
 	UnmountFlushTimeout time.Duration
-	FuseDebug           bool // FUSE_DEBUG: log every FUSE request
+	FuseDebug           bool   // FUSE_DEBUG: log every FUSE request
+	ControlSocket       string // CONTROL_SOCKET: the control socket ("": beside the plugin socket)
 }
 
 // envHelp documents the environment for usage messages.
@@ -49,6 +50,9 @@ const envHelp = `environment:
   SOCKET_GID             group owning the socket (default 0)
   UNMOUNT_FLUSH_TIMEOUT  how long a delegated unmount waits for writeback (default 50s)
   FUSE_DEBUG             log every FUSE request (default false)
+  CONTROL_SOCKET         control socket of the bindstate commands (default: beside the
+                         plugin socket, /run/docker/plugins/bindstate-control/control.sock;
+                         for a managed plugin the host sees it in /run/docker/plugins/<plugin ID>/)
 `
 
 var socketNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
@@ -148,6 +152,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 		c.FuseDebug = b
 	}
 
+	if v := getenv("CONTROL_SOCKET"); v != "" {
+		if !filepath.IsAbs(v) || strings.HasSuffix(v, "/") {
+			bad("CONTROL_SOCKET=%q: must be an absolute socket path, e.g. /run/bindstate/control.sock", v)
+		}
+		c.ControlSocket = filepath.Clean(v)
+	}
+
 	if err := errors.Join(errs...); err != nil {
 		return config{}, err
 	}
@@ -169,4 +180,15 @@ func (c config) socketPath() string {
 		return c.SocketName
 	}
 	return filepath.Join(pluginSockDir, c.SocketName+".sock")
+}
+
+// controlSocketPath is where the control socket listens: CONTROL_SOCKET, or
+// beside the plugin socket in a directory of its own (Docker's plugin
+// discovery only looks at DIR/NAME.sock and DIR/NAME/NAME.sock, so it never
+// takes it for a plugin).
+func (c config) controlSocketPath() string {
+	if c.ControlSocket != "" {
+		return c.ControlSocket
+	}
+	return filepath.Join(filepath.Dir(c.socketPath()), "bindstate-control", "control.sock")
 }

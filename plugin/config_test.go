@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bindstate/bindstate/plugin/control"
 	"github.com/bindstate/bindstate/plugin/hostpath"
 )
 
@@ -36,6 +37,10 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c.socketPath() != "/run/docker/plugins/bindstate.sock" {
 		t.Fatalf("socket %s", c.socketPath())
+	}
+	// The command finds the control socket there (control.Discover).
+	if c.controlSocketPath() != control.DefaultSocket || control.DefaultSocket != "/run/docker/plugins/bindstate-control/control.sock" {
+		t.Fatalf("control socket %s", c.controlSocketPath())
 	}
 	p := c.policy()
 	wantDenied := []string{"/var/lib/bindstate", "/var/lib/docker", "/proc", "/sys", "/dev", "/run", "/boot", "/etc"}
@@ -82,8 +87,12 @@ func TestConfigManaged(t *testing.T) {
 		t.Fatal(c.socketPath())
 	}
 	c, _ = loadConfig(env(map[string]string{"SOCKET_NAME": "/tmp/x/b.sock", "HOST_PREFIX": "/"}))
-	if c.socketPath() != "/tmp/x/b.sock" || c.HostPrefix != "" {
+	if c.socketPath() != "/tmp/x/b.sock" || c.HostPrefix != "" || c.controlSocketPath() != "/tmp/x/bindstate-control/control.sock" {
 		t.Fatalf("%+v", c)
+	}
+	c, _ = loadConfig(env(map[string]string{"CONTROL_SOCKET": "/run/bs//ctl.sock"}))
+	if c.controlSocketPath() != "/run/bs/ctl.sock" {
+		t.Fatal(c.controlSocketPath())
 	}
 }
 
@@ -107,6 +116,7 @@ func TestConfigErrors(t *testing.T) {
 		{map[string]string{"UNMOUNT_FLUSH_TIMEOUT": "50"}, []string{`UNMOUNT_FLUSH_TIMEOUT="50"`, "Go duration", "e.g. 50s"}},
 		{map[string]string{"UNMOUNT_FLUSH_TIMEOUT": "-1s"}, []string{"positive"}},
 		{map[string]string{"FUSE_DEBUG": "yes please"}, []string{`FUSE_DEBUG="yes please"`, "true or false"}},
+		{map[string]string{"CONTROL_SOCKET": "ctl.sock"}, []string{`CONTROL_SOCKET="ctl.sock"`, "absolute"}},
 		// Every problem is reported at once.
 		{map[string]string{"LOG_LEVEL": "x", "SOCKET_GID": "y"}, []string{"LOG_LEVEL", "SOCKET_GID"}},
 	}

@@ -2,6 +2,10 @@
 // folder to containers as consistent (a bind mount), cached or delegated
 // (FUSE over a local store). It is configured by its environment (see
 // config.go) and serves Docker's volume plugin protocol on a unix socket.
+//
+// The same binary is the bindstate command (ls, status, flush, logs,
+// metrics; package control), which talks to a running plugin over its
+// control socket.
 package main
 
 import (
@@ -11,9 +15,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
+	"github.com/bindstate/bindstate/plugin/control"
 	"github.com/bindstate/bindstate/plugin/hostpath"
 )
 
@@ -21,22 +27,37 @@ import (
 var version = "dev"
 
 func main() {
+	args := os.Args[1:]
+	if len(args) == 0 && control.IsTerminal(os.Stdin) {
+		// Someone typed `bindstate` in a shell: help them rather than start
+		// a plugin on Docker's socket. Docker and systemd start the plugin
+		// with no terminal (or with `bindstate serve`).
+		fmt.Fprint(os.Stderr, control.Usage)
+		fmt.Fprintln(os.Stderr, "\nTo run the plugin itself in the foreground: bindstate serve")
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	code := run(ctx, args, os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
-// run is main without the process: it returns the exit code. Cancelling ctx
-// (SIGTERM, SIGINT) stops the plugin.
+// run is main without the process: it returns the exit code. With no
+// arguments, or "serve", it runs the plugin; cancelling ctx (SIGTERM,
+// SIGINT) stops it. Otherwise it runs a command (version, or those of
+// package control).
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	switch {
-	case len(args) == 0:
+	case len(args) == 0, len(args) == 1 && args[0] == "serve":
 	case len(args) == 1 && (args[0] == "version" || args[0] == "--version"):
 		fmt.Fprintln(stdout, "bindstate", version)
 		return 0
+	case slices.Contains(control.Commands, args[0]):
+		cli := &control.CLI{Stdout: stdout, Stderr: stderr, Getenv: getenv, Terminal: control.IsTerminal(stderr)}
+		return cli.Run(ctx, args)
 	default:
-		fmt.Fprintf(stderr, "usage: bindstate [version]\n\n"+envHelp, strings.Join(hostpath.DefaultAllowedRoots, ","))
+		fmt.Fprint(stderr, control.Usage)
+		fmt.Fprintf(stderr, "\nplugin "+envHelp, strings.Join(hostpath.DefaultAllowedRoots, ","))
 		return 2
 	}
 	cfg, err := loadConfig(getenv)
@@ -44,9 +65,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "bindstate: invalid configuration:\n%v\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	// Every record also goes to a ring buffer, for bindstate logs.
+	ring := control.NewRing(control.DefaultRingSize)
+	log := slog.New(ring.Handler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel})))
 	slog.SetDefault(log)
-	if err := serve(ctx, cfg, log); err != nil {
+	if err := serve(ctx, cfg, log, ring); err != nil {
 		log.Error("bindstate stopped", "err", err)
 		return 1
 	}

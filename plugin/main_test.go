@@ -31,6 +31,12 @@ func TestRunBadConfig(t *testing.T) {
 	if code != 2 || !strings.Contains(errb.String(), `LOG_LEVEL="loud": valid levels are debug, info, warn, error`) {
 		t.Fatalf("%d %q", code, errb.String())
 	}
+	// "serve" is the same as no command.
+	errb.Reset()
+	code = run(t.Context(), []string{"serve"}, env(map[string]string{"LOG_LEVEL": "loud"}), &out, &errb)
+	if code != 2 || !strings.Contains(errb.String(), `LOG_LEVEL="loud"`) {
+		t.Fatalf("serve: %d %q", code, errb.String())
+	}
 }
 
 // The plugin serves the protocol on its socket and stops cleanly when told
@@ -80,6 +86,31 @@ func TestServeAndStop(t *testing.T) {
 	}
 	resp.Body.Close()
 
+	// The bindstate command reaches it over the control socket, beside the
+	// plugin socket by default, and finds the volume Docker created.
+	ctl := filepath.Join(dir, "run", "bindstate-control", "control.sock")
+	resp, err = client.Post("http://plugin/VolumeDriver.Create", "application/json",
+		strings.NewReader(`{"Name":"v1","Opts":{"source":"/home/me/p","state":"delegated"}}`))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("create: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	var cout, cerr bytes.Buffer
+	if code := run(t.Context(), []string{"ls", "--format", "json"}, env(map[string]string{"CONTROL_SOCKET": ctl}), &cout, &cerr); code != 0 {
+		t.Fatalf("ls: %d %s", code, cerr.String())
+	}
+	var vols []struct{ Name, State, Source string }
+	if err := json.Unmarshal(cout.Bytes(), &vols); err != nil || len(vols) != 1 || vols[0].Name != "v1" || vols[0].State != "delegated" {
+		t.Fatalf("ls: %q %v", cout.String(), err)
+	}
+	cout.Reset()
+	if code := run(t.Context(), []string{"logs", "--socket", ctl, "--volume", "v1"}, env(nil), &cout, &cerr); code != 0 || !strings.Contains(cout.String(), "volume created volume=v1") {
+		t.Fatalf("logs: %d %q %s", code, cout.String(), cerr.String())
+	}
+	if fi, err := os.Stat(ctl); err != nil || fi.Mode().Perm() != 0o660 {
+		t.Fatalf("control socket: %v %v", fi, err)
+	}
+
 	cancel()
 	select {
 	case code := <-done:
@@ -91,6 +122,9 @@ func TestServeAndStop(t *testing.T) {
 	}
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Fatalf("socket left behind: %v", err)
+	}
+	if _, err := os.Stat(ctl); !os.IsNotExist(err) {
+		t.Fatalf("control socket left behind: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "state", "mnt")); err != nil {
 		t.Fatalf("mount root not created: %v", err)

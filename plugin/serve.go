@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/bindstate/bindstate/plugin/control"
 	"github.com/bindstate/bindstate/plugin/driver"
 	"github.com/bindstate/bindstate/plugin/frontend"
 )
@@ -22,7 +23,11 @@ const drainRequests = 5 * time.Second
 // serve runs the plugin until ctx is cancelled: it stops serving, then
 // flushes (bounded by UnmountFlushTimeout) and closes every open front. A
 // failed flush is logged: those changes stay journaled for the next start.
-func serve(ctx context.Context, cfg config, log *slog.Logger) error {
+//
+// Beside Docker's protocol it serves the control socket of the bindstate
+// commands (status, flush, logs, metrics; package control), whose logs come
+// from ring.
+func serve(ctx context.Context, cfg config, log *slog.Logger, ring *control.Ring) error {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return err
 	}
@@ -53,14 +58,15 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{
-		Handler:           driver.NewHandler(&driver.Protocol{Driver: drv, Log: log}),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	// go-plugins-helpers serves the protocol on our listener (we own the
+	// socket's path, owner and mode). Its server cannot be shut down, so
+	// proto.Drain is what stops requests.
+	proto := &driver.Protocol{Driver: drv, Log: log}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	log.Info("bindstate serving", "version", version, "socket", path, "state_dir", cfg.StateDir,
+	go func() { errc <- driver.NewHandler(proto).Serve(ln) }()
+	ctrlPath := cfg.controlSocketPath()
+	ctrl := startControl(ctrlPath, cfg.SocketGID, &control.Server{Driver: drv, Ring: ring, Log: log, Version: version}, log)
+	log.Info("bindstate serving", "version", version, "socket", path, "control_socket", ctrlPath, "state_dir", cfg.StateDir,
 		"mount_root", cfg.MountRoot, "host_prefix", cfg.HostPrefix, "allowed_roots", policy.AllowedRoots,
 		"denied", policy.Denied, "unmount_flush_timeout", cfg.UnmountFlushTimeout.String())
 
@@ -71,12 +77,21 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 	case serveErr = <-errc:
 		log.Error("serving failed; stopping", "err", serveErr)
 	}
+	ln.Close() // no new connections; requests on open ones are refused by Drain
+	os.Remove(path)
 	sctx, cancel := context.WithTimeout(context.Background(), drainRequests)
-	if err := srv.Shutdown(sctx); err != nil {
-		srv.Close()
+	if err := proto.Drain(sctx); err != nil {
+		log.Warn("requests still running when stopping", "err", err)
 	}
 	cancel()
-	os.Remove(path)
+	if ctrl != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if err := ctrl.Shutdown(sctx); err != nil {
+			ctrl.Close() // a flush still waiting: it ends with its client's connection
+		}
+		cancel()
+		os.Remove(ctrlPath)
+	}
 
 	fctx, cancel := context.WithTimeout(context.Background(), cfg.UnmountFlushTimeout)
 	defer cancel()
@@ -84,10 +99,31 @@ func serve(ctx context.Context, cfg config, log *slog.Logger) error {
 		log.Error("not everything was written back before stopping; it stays journaled for the next start", "err", err)
 	}
 	log.Info("bindstate stopped")
-	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+	if serveErr != nil && !errors.Is(serveErr, net.ErrClosed) {
 		return serveErr
 	}
 	return nil
+}
+
+// startControl serves the control API on path. A failure is logged, not
+// returned: volumes keep being served without it.
+func startControl(path string, gid int, api *control.Server, log *slog.Logger) *http.Server {
+	ln, err := listenUnix(path, gid)
+	if err != nil {
+		log.Error("control socket unavailable: bindstate ls/status/flush/logs will not reach this plugin", "socket", path, "err", err)
+		return nil
+	}
+	srv := &http.Server{
+		Handler:           api.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("control socket stopped serving", "socket", path, "err", err)
+		}
+	}()
+	return srv
 }
 
 // listenUnix listens on the unix socket path, replacing a stale one, owned

@@ -74,6 +74,8 @@ type Driver struct {
 	vols     map[string]*volume
 	keys     map[string]*keyState
 	shutdown bool
+
+	counters counters // for metrics; own locking
 }
 
 // volume is one named volume.
@@ -96,7 +98,7 @@ type keyState struct {
 	mu sync.Mutex
 	// front is written holding both mu and Driver.mu, read holding either.
 	front Front
-	users int // active mount IDs of all volumes with this key; Driver.mu
+	users int // active mount IDs of all volumes with this key, plus Flushes running (status.go); Driver.mu
 }
 
 // New loads the volumes kept in cfg.StateDir, opens the front of every key

@@ -37,6 +37,17 @@ type FrontStatus struct {
 	Lag        time.Duration `json:"lag"`        // age of the oldest change not on the host
 	LastError  string        `json:"last_error"` // last writeback error, "" if none
 	Conflicts  int           `json:"conflicts"`  // host copies kept aside (rule D7)
+
+	// For the status command and metrics; zero when the front does not
+	// keep them. Counts are since the front's store was opened.
+	DirtyBytes   int64             `json:"dirty_bytes"`            // size of the dirty files' content
+	FailedPaths  []string          `json:"failed_paths,omitempty"` // store-relative paths whose last writeback failed
+	WrittenFiles uint64            `json:"written_files"`          // successful writebacks (paths)
+	WrittenBytes uint64            `json:"written_bytes"`          // file content written back
+	Fetched      uint64            `json:"fetched"`                // files whose content came from the host (cache misses)
+	CacheHits    uint64            `json:"cache_hits"`             // opens served from content already local
+	Ops          map[string]uint64 `json:"ops,omitempty"`          // container operations served, by kind
+	Errors       uint64            `json:"errors"`                 // failed writeback attempts
 }
 
 // FrontSpec says what to serve.

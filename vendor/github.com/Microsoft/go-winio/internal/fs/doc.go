@@ -1,0 +1,2 @@
+// This package contains Win32 filesystem functionality.
+package fs
