@@ -1,0 +1,215 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bindstate/bindstate/integration/harness"
+)
+
+var seq atomic.Int64
+
+// slug makes a short unique name for t (volume names, directories).
+func slug(t *testing.T) string {
+	s := strings.ToLower(regexp.MustCompile(`[^A-Za-z0-9]+`).ReplaceAllString(t.Name(), "-"))
+	if len(s) > 40 {
+		s = s[:40]
+	}
+	return fmt.Sprintf("%s-%d", strings.Trim(s, "-"), seq.Add(1))
+}
+
+// src is a source folder on the slow share: Source is what the plugin is
+// given (through sshfs), Host the backing directory where host-side edits
+// are made.
+type src struct {
+	Source string
+	Host   string
+}
+
+func (s src) host(rel string) string { return filepath.Join(s.Host, rel) }
+
+// newShareSource makes an empty folder on the share for t, through the
+// sshfs mount (as a user would), and checks it is seen in the backing dir.
+func newShareSource(t *testing.T) src {
+	t.Helper()
+	name := slug(t)
+	s := src{Source: env.share.Source(name), Host: env.share.Host(name)}
+	if err := os.Mkdir(s.Source, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(s.Host); err != nil {
+		t.Fatalf("mkdir through the share did not reach its backing dir: %v", err)
+	}
+	return s
+}
+
+// newLocalSource makes an empty folder on local disk (allowed root) for t.
+func newLocalSource(t *testing.T) src {
+	t.Helper()
+	p := filepath.Join(env.local, slug(t))
+	if err := os.Mkdir(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return src{Source: p, Host: p}
+}
+
+// createVolume creates a bindstate volume over source in state (and extra
+// -o options), removed when t ends.
+func createVolume(t *testing.T, d *harness.Daemon, source, state string, extra ...string) string {
+	t.Helper()
+	name := "v-" + slug(t) + "-" + state
+	args := []string{"volume", "create", "-d", pluginName, "-o", "source=" + source, "-o", "state=" + state}
+	for _, o := range extra {
+		args = append(args, "-o", o)
+	}
+	d.Docker(t, append(args, name)...)
+	t.Cleanup(func() {
+		if _, err := d.Try("volume", "rm", "-f", name); err != nil {
+			t.Errorf("remove volume %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// runDetached starts a container with vol at /data running cmd (default:
+// sleep), removed when t ends.
+func runDetached(t *testing.T, d *harness.Daemon, vol string, cmd ...string) string {
+	t.Helper()
+	if len(cmd) == 0 {
+		cmd = []string{"sleep", "3600"}
+	}
+	args := append([]string{"run", "-d", "--network", "none", "-v", vol + ":/data", image}, cmd...)
+	id := d.Docker(t, args...)
+	t.Cleanup(func() { d.Try("rm", "-f", id) })
+	return id
+}
+
+// runOnce runs sh -c script in a new container with vol at /data and
+// returns its output; the container is gone when it returns.
+func runOnce(t *testing.T, d *harness.Daemon, vol, script string) string {
+	t.Helper()
+	return d.Docker(t, "run", "--rm", "--network", "none", "-v", vol+":/data", image, "sh", "-c", script)
+}
+
+// sh runs sh -c script in container id and returns its output; t fails if
+// it fails.
+func sh(t *testing.T, d *harness.Daemon, id, script string) string {
+	t.Helper()
+	return d.Docker(t, "exec", id, "sh", "-c", script)
+}
+
+// readHost reads a host file; "" and the error text if it cannot.
+func readHost(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	return string(b), err
+}
+
+// mustHost checks, right now (no waiting), that the host file has want.
+func mustHost(t *testing.T, path, want string) {
+	t.Helper()
+	got, err := readHost(path)
+	if err != nil {
+		t.Fatalf("host: %v", err)
+	}
+	if got != want {
+		t.Fatalf("host %s = %q, want %q", path, got, want)
+	}
+}
+
+// writeHost replaces a host file atomically (write aside, rename in), as an
+// editor does, so the plugin never sees it half written.
+func writeHost(t *testing.T, path, content string) {
+	t.Helper()
+	tmp, err := os.CreateTemp(env.hostTmp, "edit-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tmp.WriteString(content); err != nil {
+		t.Fatal(err)
+	}
+	if err := tmp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitContainerFile waits until path in container id reads want.
+func waitContainerFile(t *testing.T, d *harness.Daemon, id, path, want string, timeout time.Duration) time.Duration {
+	t.Helper()
+	return harness.Eventually(t, timeout, fmt.Sprintf("container sees %s = %q", path, want), func() (bool, string) {
+		got, err := d.Try("exec", id, "cat", path)
+		if err != nil {
+			return false, err.Error()
+		}
+		return got == want, fmt.Sprintf("%q", got)
+	})
+}
+
+// waitHostFile waits until the host file reads want.
+func waitHostFile(t *testing.T, path, want string, timeout time.Duration) time.Duration {
+	t.Helper()
+	return harness.Eventually(t, timeout, fmt.Sprintf("host has %s = %q", path, want), func() (bool, string) {
+		got, err := readHost(path)
+		if err != nil {
+			return false, err.Error()
+		}
+		return got == want, fmt.Sprintf("%q", got)
+	})
+}
+
+// noStaleMount fails t if out shows a dead FUSE mount.
+func noStaleMount(t *testing.T, out string) {
+	t.Helper()
+	if strings.Contains(strings.ToLower(out), "transport endpoint is not connected") {
+		t.Fatalf("stale FUSE mount: %s", out)
+	}
+}
+
+// The tree a container writes in the write tests, and how it looks on the host.
+const writeTreeScript = `set -e
+cd /data
+echo one > f1
+mkdir -p dir/sub
+echo two > dir/sub/f2
+printf 'x%.0s' $(seq 1 5000) > big
+ln -s dir/sub/f2 link
+echo old > renamed-from
+mv renamed-from renamed
+chmod 0600 f1
+echo gone > removed
+rm removed
+mkdir emptydir
+`
+
+func checkTree(t *testing.T, host string) {
+	t.Helper()
+	mustHost(t, filepath.Join(host, "f1"), "one\n")
+	mustHost(t, filepath.Join(host, "dir/sub/f2"), "two\n")
+	mustHost(t, filepath.Join(host, "big"), strings.Repeat("x", 5000))
+	mustHost(t, filepath.Join(host, "renamed"), "old\n")
+	if target, err := os.Readlink(filepath.Join(host, "link")); err != nil || target != "dir/sub/f2" {
+		t.Errorf("host link: %q, %v; want a symlink to dir/sub/f2", target, err)
+	}
+	if fi, err := os.Stat(filepath.Join(host, "f1")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("host f1 mode: %v, %v; want 0600", fi, err)
+	}
+	for _, gone := range []string{"removed", "renamed-from"} {
+		if _, err := os.Lstat(filepath.Join(host, gone)); !os.IsNotExist(err) {
+			t.Errorf("host %s: %v; want it gone", gone, err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(host, "emptydir")); err != nil || !fi.IsDir() {
+		t.Errorf("host emptydir: %v; want a directory", err)
+	}
+}

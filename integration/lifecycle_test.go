@@ -1,0 +1,293 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bindstate/bindstate/integration/harness"
+)
+
+// TestCreate_RefusesInvalidOptions: docker volume create refuses a bad
+// option with a message that lists what is valid, and creates nothing.
+func TestCreate_RefusesInvalidOptions(t *testing.T) {
+	d := need(t)
+	s := newShareSource(t)
+	cases := []struct {
+		name string
+		opts []string
+		want []string // all in the error message
+	}{
+		{"unknown-state", []string{"source=" + s.Source, "state=bogus"}, []string{"bogus", "consistent", "cached", "delegated"}},
+		{"unknown-consistency", []string{"source=" + s.Source, "consistency=fast"}, []string{"fast", "consistent", "cached", "delegated"}},
+		{"relative-source", []string{"source=relative/dir", "state=cached"}, []string{"relative/dir", "absolute"}},
+		{"missing-source", []string{"state=cached"}, []string{"source"}},
+		{"outside-allowed-roots", []string{"source=" + env.outside, "state=cached"}, []string{env.outside, env.share.Mount}},
+		{"system-dir", []string{"source=/etc", "state=consistent"}, []string{"/etc"}},
+		{"unknown-option", []string{"source=" + s.Source, "state=cached", "colour=red"}, []string{"colour", "source", "state"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			name := "v-" + slug(t)
+			args := []string{"volume", "create", "-d", pluginName}
+			for _, o := range c.opts {
+				args = append(args, "-o", o)
+			}
+			out, err := d.Try(append(args, name)...)
+			if err == nil {
+				d.Try("volume", "rm", "-f", name)
+				t.Fatalf("docker volume create %v succeeded (%s); want it refused", c.opts, out)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("message does not mention %q: %v", w, err)
+				}
+			}
+			if _, err := d.Try("volume", "inspect", name); err == nil {
+				t.Errorf("volume %s exists after a refused create", name)
+			}
+		})
+	}
+}
+
+// TestD4_VolumesSurvivePluginDisableEnable: after docker plugin disable and
+// enable, every volume still works: data written before is there, new
+// writes reach the host, and no mount is stale.
+func TestD4_VolumesSurvivePluginDisableEnable(t *testing.T) {
+	d := need(t)
+	states := []string{"consistent", "cached", "delegated"}
+	vols := map[string]string{}
+	srcs := map[string]src{}
+	for _, st := range states {
+		srcs[st] = newShareSource(t)
+		vols[st] = createVolume(t, d, srcs[st].Source, st)
+		runOnce(t, d, vols[st], "echo before > /data/before")
+		mustHost(t, srcs[st].host("before"), "before\n")
+	}
+
+	d.Docker(t, "plugin", "disable", "-f", pluginName)
+	enabled := false
+	t.Cleanup(func() {
+		if !enabled {
+			d.Try("plugin", "enable", "--timeout", "120", pluginName)
+		}
+	})
+	if err := d.EnablePlugin(pluginName); err != nil {
+		t.Fatal(err)
+	}
+	enabled = true
+
+	for _, st := range states {
+		out, err := d.Try("run", "--rm", "--network", "none", "-v", vols[st]+":/data", image,
+			"sh", "-c", "cat /data/before && echo after > /data/after")
+		noStaleMount(t, out+fmt.Sprint(err))
+		if err != nil {
+			t.Fatalf("%s after re-enable: %v", st, err)
+		}
+		if out != "before" {
+			t.Errorf("%s after re-enable reads %q, want before", st, out)
+		}
+		mustHost(t, srcs[st].host("after"), "after\n")
+	}
+}
+
+// TestD4_VolumesSurviveDaemonRestart: a daemon restart with a delegated
+// container running and unsynced changes: the changes are on the host once
+// the daemon has stopped the container, the plugin comes back enabled, and
+// every volume works again with no stale mount.
+func TestD4_VolumesSurviveDaemonRestart(t *testing.T) {
+	d := need(t)
+	states := []string{"consistent", "cached", "delegated"}
+	vols := map[string]string{}
+	srcs := map[string]src{}
+	for _, st := range states {
+		srcs[st] = newShareSource(t)
+		vols[st] = createVolume(t, d, srcs[st].Source, st)
+	}
+	id := d.Docker(t, "run", "-d", "--stop-timeout", "2", "--network", "none", "-v", vols["delegated"]+":/data", image, "sleep", "3600")
+	t.Cleanup(func() { d.Try("rm", "-f", id) })
+	sh(t, d, id, "mkdir /data/pending && echo unsynced > /data/pending/f")
+
+	t.Cleanup(func() {
+		if d.Pid() == 0 { // a failure between Stop and Start: the next tests need it
+			if err := d.Start(); err != nil {
+				t.Errorf("restart the daemon: %v", err)
+			}
+		}
+	})
+	if err := d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// D4: the daemon stopped the container before it went; its changes are out.
+	mustHost(t, srcs["delegated"].host("pending/f"), "unsynced\n")
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Docker(t, "plugin", "inspect", "--format", "{{.Enabled}}", pluginName); got != "true" {
+		t.Fatalf("plugin enabled after daemon restart: %s", got)
+	}
+	for _, st := range states {
+		out, err := d.Try("run", "--rm", "--network", "none", "-v", vols[st]+":/data", image,
+			"sh", "-c", "ls /data && echo after > /data/after")
+		noStaleMount(t, out+fmt.Sprint(err))
+		if err != nil {
+			t.Fatalf("%s after daemon restart: %v", st, err)
+		}
+		mustHost(t, srcs[st].host("after"), "after\n")
+	}
+	out, err := d.Try("run", "--rm", "--network", "none", "-v", vols["delegated"]+":/data", image, "cat", "/data/pending/f")
+	if err != nil || out != "unsynced" {
+		t.Errorf("delegated volume after restart reads pending/f = %q, %v", out, err)
+	}
+	// the stopped container starts again on its volume
+	d.Docker(t, "start", id)
+	if got := sh(t, d, id, "cat /data/pending/f"); got != "unsynced" {
+		t.Errorf("restarted container reads %q", got)
+	}
+}
+
+// TestD4_JournalReplayedAfterPluginCrash: the plugin is killed (SIGKILL)
+// while a delegated container has unsynced changes; nothing is lost: once
+// the plugin is back (the daemon restarts a managed plugin that dies) the
+// changes reach the host, and the volume works again with no stale mount.
+func TestD4_JournalReplayedAfterPluginCrash(t *testing.T) {
+	d := need(t)
+	s := newShareSource(t)
+	vol := createVolume(t, d, s.Source, "delegated")
+	id := runDetached(t, d, vol)
+	sh(t, d, id, "mkdir /data/j && for i in $(seq 1 50); do echo $i > /data/j/f$i; done")
+
+	pids := harness.PluginPids(env.pluginID)
+	if len(pids) == 0 {
+		t.Fatalf("no process of plugin %s found", env.pluginID)
+	}
+	for _, p := range pids {
+		syscall.Kill(p, syscall.SIGKILL)
+	}
+	t.Logf("killed plugin processes %v", pids)
+	harness.Eventually(t, 60*time.Second, "the daemon restarts the plugin", func() (bool, string) {
+		now := harness.PluginPids(env.pluginID)
+		for _, p := range now {
+			if !slices.Contains(pids, p) {
+				return true, fmt.Sprint(now)
+			}
+		}
+		return false, fmt.Sprint("pids ", now)
+	})
+	// The killed plugin's mount is dead in that container: remove it.
+	d.Try("rm", "-f", id)
+
+	for i := 1; i <= 50; i++ {
+		waitHostFile(t, s.host(fmt.Sprintf("j/f%d", i)), fmt.Sprintf("%d\n", i), writebackDeadline)
+	}
+	out, err := d.Try("run", "--rm", "--network", "none", "-v", vol+":/data", image, "sh", "-c", "cat /data/j/f50 && echo again > /data/again")
+	noStaleMount(t, out+fmt.Sprint(err))
+	if err != nil || out != "50" {
+		t.Fatalf("volume after the plugin crash: %q, %v", out, err)
+	}
+	mustHost(t, s.host("again"), "again\n")
+}
+
+// TestD4_UnmountIdempotentWithDockerCp: docker cp into a running container
+// mounts its volumes again with the same mount ID and unmounts them after;
+// the container's mount must survive that, and its stop still writes back.
+func TestD4_UnmountIdempotentWithDockerCp(t *testing.T) {
+	d := need(t)
+	payload := filepath.Join(t.TempDir(), "payload")
+	if err := os.WriteFile(payload, []byte("copied in\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []string{"cached", "delegated"} {
+		t.Run(st, func(t *testing.T) {
+			s := newShareSource(t)
+			vol := createVolume(t, d, s.Source, st)
+			id := runDetached(t, d, vol)
+			sh(t, d, id, "echo first > /data/first")
+			// a small file: a minute is plenty
+			if _, _, err := d.RunTimeout(time.Minute, nil, "cp", payload, id+":/data/payload"); err != nil {
+				t.Fatal(err)
+			}
+			out, err := d.Try("exec", id, "sh", "-c", "cat /data/payload /data/first && echo after > /data/after && ls /data")
+			noStaleMount(t, out+fmt.Sprint(err))
+			if err != nil {
+				t.Fatalf("the container's mount after docker cp: %v", err)
+			}
+			if !strings.HasPrefix(out, "copied in\nfirst\n") {
+				t.Errorf("after docker cp the container reads %q", out)
+			}
+			d.Docker(t, "cp", id+":/data/first", filepath.Join(t.TempDir(), "out"))
+			d.Docker(t, "stop", "--time", "1", id)
+			mustHost(t, s.host("payload"), "copied in\n")
+			mustHost(t, s.host("after"), "after\n")
+			out, err = d.Try("run", "--rm", "--network", "none", "-v", vol+":/data", image, "cat", "/data/after")
+			noStaleMount(t, out+fmt.Sprint(err))
+			if err != nil || out != "after" {
+				t.Fatalf("a new container after the stop: %q, %v", out, err)
+			}
+			d.Docker(t, "rm", id)
+		})
+	}
+}
+
+// TestD4_WritebackRetriedWhenShareComesBack: the share vanishes (its sshd
+// is killed) while a delegated container has unsynced changes; the stop
+// cannot write them back: the plugin says which paths failed, keeps them,
+// and writes them once the share is back.
+func TestD4_WritebackRetriedWhenShareComesBack(t *testing.T) {
+	d := need(t)
+	s := newShareSource(t)
+	vol := createVolume(t, d, s.Source, "delegated")
+	id := d.Docker(t, "run", "-d", "--stop-timeout", "1", "--network", "none", "-v", vol+":/data", image, "sleep", "3600")
+	t.Cleanup(func() { d.Try("rm", "-f", id) })
+	sh(t, d, id, "ls -la /data >/dev/null")
+	off := d.LogSize()
+
+	if err := env.share.StopSSHD(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			if err := env.share.StartSSHD(); err != nil {
+				t.Errorf("restart the share's sshd: %v", err)
+			}
+		}
+	})
+	// The container keeps working on its local store while the share is gone.
+	out, err := d.Try("exec", id, "sh", "-c", "echo kept > /data/kept-while-gone && cat /data/kept-while-gone")
+	if err != nil || out != "kept" {
+		t.Fatalf("delegated write while the share is gone: %q, %v", out, err)
+	}
+	start := time.Now()
+	_, stopErr := d.Try("stop", id)
+	t.Logf("docker stop with the share gone took %v (err %v)", time.Since(start).Round(time.Millisecond), stopErr)
+	if _, err := os.Lstat(s.host("kept-while-gone")); err == nil {
+		t.Fatalf("the file reached the host although the share was gone: the test did not test anything")
+	}
+	named := false
+	for _, line := range strings.Split(d.LogSince(off), "\n") {
+		if strings.Contains(line, "kept-while-gone") && strings.Contains(strings.ToLower(line), "fail") {
+			named = true
+		}
+	}
+	if !named {
+		t.Errorf("no log line names the path that could not be written back (D4)")
+	}
+
+	if err := env.share.StartSSHD(); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	took := waitHostFile(t, s.host("kept-while-gone"), "kept\n", 2*writebackDeadline)
+	t.Logf("written back %v after the share came back", took)
+	out, err = d.Try("run", "--rm", "--network", "none", "-v", vol+":/data", image, "cat", "/data/kept-while-gone")
+	noStaleMount(t, out+fmt.Sprint(err))
+	if err != nil || out != "kept" {
+		t.Fatalf("volume after the share came back: %q, %v", out, err)
+	}
+}
