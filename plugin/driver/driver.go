@@ -85,7 +85,10 @@ type volume struct {
 	opts    options
 	broken  error // options no longer valid (set at load); Mount refuses
 	created time.Time
-	ids     map[string]struct{} // active mount IDs
+	// ids counts the active Mounts of each Docker mount ID. Docker reuses a
+	// container's ID for `docker cp` while the container runs (Mount, then
+	// Unmount of the same ID): a set would end the container's mount there.
+	ids     map[string]int
 	pending int                 // Mounts in progress (Remove waits for none)
 }
 
@@ -225,7 +228,7 @@ func (d *Driver) Create(ctx context.Context, name string, opts map[string]string
 		raw:     maps.Clone(opts),
 		opts:    o,
 		created: time.Now().UTC().Truncate(time.Second),
-		ids:     make(map[string]struct{}),
+		ids:     make(map[string]int),
 	}
 	d.vols[name] = v
 	d.keyState(v)
@@ -340,15 +343,12 @@ func (d *Driver) Mount(ctx context.Context, name, id string) (string, error) {
 	if opened {
 		ks.front = front
 	}
-	if _, ok := v.ids[id]; ok {
-		d.mu.Unlock()
-		log.Debug("mount id already active")
-		return front.Mountpoint(), nil
-	}
-	v.ids[id] = struct{}{}
+	v.ids[id]++
 	ks.users++
 	if err := d.saveLocked(); err != nil {
-		delete(v.ids, id)
+		if v.ids[id]--; v.ids[id] == 0 {
+			delete(v.ids, id)
+		}
 		ks.users--
 		var toClose Front
 		if ks.users == 0 {
@@ -360,7 +360,7 @@ func (d *Driver) Mount(ctx context.Context, name, id string) (string, error) {
 		}
 		return "", err
 	}
-	mounts, users := len(v.ids), ks.users
+	mounts, users := v.ids[id], ks.users
 	d.mu.Unlock()
 	log.Info("mounted", "mountpoint", front.Mountpoint(), "mounts", mounts, "key_users", users)
 	return front.Mountpoint(), nil
@@ -380,13 +380,15 @@ func (d *Driver) Unmount(ctx context.Context, name, id string) error {
 		return notFound(name)
 	}
 	log := d.volLog(v).With("id", id)
-	if _, ok := v.ids[id]; !ok {
+	if v.ids[id] == 0 {
 		d.mu.Unlock()
 		log.Debug("unmount of an id that is not active: nothing to do")
 		return nil
 	}
 	if v.broken != nil { // never opened
-		delete(v.ids, id)
+		if v.ids[id]--; v.ids[id] <= 0 {
+			delete(v.ids, id)
+		}
 		err := d.saveLocked()
 		d.mu.Unlock()
 		return err
@@ -415,18 +417,20 @@ func (d *Driver) Unmount(ctx context.Context, name, id string) error {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	d.mu.Lock()
-	if _, ok := v.ids[id]; !ok { // a concurrent Unmount of the same id ended it
+	if v.ids[id] == 0 { // a concurrent Unmount of the same id ended it
 		d.mu.Unlock()
 		return flushErr
 	}
-	delete(v.ids, id)
+	if v.ids[id]--; v.ids[id] == 0 {
+		delete(v.ids, id)
+	}
 	ks.users--
 	var toClose Front
 	if ks.users == 0 {
 		toClose, ks.front = ks.front, nil
 	}
 	saveErr := d.saveLocked()
-	mounts, users := len(v.ids), ks.users
+	mounts, users := v.ids[id], ks.users
 	d.mu.Unlock()
 	log.Info("unmounted", "mounts", mounts, "key_users", users)
 

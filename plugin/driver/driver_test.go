@@ -205,43 +205,56 @@ func TestD3_SameSourceAndStateShareOneFront(t *testing.T) {
 
 // Mount IDs are a set (moby#46508): a repeated Mount of one ID does not
 // count twice, an unknown ID's Unmount does nothing.
-func TestMountIDSet(t *testing.T) {
+// Docker mounts a running container's volume again with the same ID for
+// `docker cp` and unmounts it after the copy: that must not end the
+// container's own mount (moby issue 46508 is what a bare counter over all
+// IDs does; a set of IDs fails the other way). Mounts count per ID.
+func TestMountIDsCountedPerID(t *testing.T) {
 	op := newFakeOpener()
-	d := newTestDriver(t, t.TempDir(), op)
+	dir := t.TempDir()
+	d := newTestDriver(t, dir, op)
 	mustCreate(t, d, "v", map[string]string{"source": "/data/p", "state": "cached"})
 	k := key("/data/p", "cached")
 
 	mp1 := mustMount(t, d, "v", "c1")
-	mp2 := mustMount(t, d, "v", "c1") // docker cp re-mounts with the same ID
+	mp2 := mustMount(t, d, "v", "c1") // docker cp mounts again with the same ID
 	if mp1 != mp2 || op.count("open "+k) != 1 {
-		t.Fatal("duplicate mount id reopened")
+		t.Fatal("second mount of the same id reopened the front")
 	}
-	if info, _ := d.Get(t.Context(), "v"); info.Status["mounts"] != 1 {
-		t.Fatalf("mounts = %v, want 1", info.Status["mounts"])
+	mustUnmount(t, d, "v", "c1") // the copy ends
+	if op.count("close "+k) != 0 {
+		t.Fatal("docker cp's unmount closed the running container's mount")
 	}
 	mustMount(t, d, "v", "c2")
 	mustUnmount(t, d, "v", "unknown")
-	mustUnmount(t, d, "v", "c1")
+
+	// The counts survive a restart of the plugin.
+	op = newFakeOpener() // a new process
+	d2 := newTestDriver(t, dir, op)
+	if op.count("open "+k) != 1 {
+		t.Fatalf("restart did not reopen the mounted volume: %v", op.log())
+	}
+	mustUnmount(t, d2, "v", "c1") // the container stops
 	if op.count("close "+k) != 0 {
 		t.Fatal("closed with c2 still active")
 	}
-	mustUnmount(t, d, "v", "c1") // again: nothing
+	mustUnmount(t, d2, "v", "c1") // again: nothing
 	if op.count("close "+k) != 0 {
 		t.Fatal("a repeated unmount of c1 released c2's mount")
 	}
-	mustUnmount(t, d, "v", "c2")
+	mustUnmount(t, d2, "v", "c2")
 	if op.count("close "+k) != 1 {
 		t.Fatal("not closed after the last id")
 	}
-	mustUnmount(t, d, "v", "c2")
+	mustUnmount(t, d2, "v", "c2")
 	if op.count("close "+k) != 1 {
 		t.Fatal("closed twice")
 	}
 
-	if _, err := d.Mount(t.Context(), "nope", "c1"); KindOf(err) != KindNotFound || !strings.Contains(err.Error(), `no such volume "nope"`) {
+	if _, err := d2.Mount(t.Context(), "nope", "c1"); KindOf(err) != KindNotFound || !strings.Contains(err.Error(), `no such volume "nope"`) {
 		t.Fatalf("mount of unknown volume: %v", err)
 	}
-	if err := d.Unmount(t.Context(), "nope", "c1"); KindOf(err) != KindNotFound {
+	if err := d2.Unmount(t.Context(), "nope", "c1"); KindOf(err) != KindNotFound {
 		t.Fatalf("unmount of unknown volume: %v", err)
 	}
 }
@@ -512,8 +525,8 @@ func TestRestartRestoresVolumes(t *testing.T) {
 			t.Errorf("volume %s: before %+v, after %+v", b.Name, b, a)
 		}
 	}
-	// The ids are live: the same id mounts idempotently, the last unmount
-	// flushes and closes.
+	// The ids are live: a second Mount of an id (docker cp) counts, the
+	// last unmount flushes and closes.
 	mustMount(t, d2, "con", "c2")
 	mustUnmount(t, d2, "dlg", "c1")
 	if op2.count("flush "+kA) != 1 || op2.count("close "+kA) != 1 {
@@ -521,6 +534,10 @@ func TestRestartRestoresVolumes(t *testing.T) {
 	}
 	mustUnmount(t, d2, "con", "c2")
 	mustUnmount(t, d2, "con", "c3")
+	if op2.count("close "+kC) != 0 {
+		t.Fatalf("closed while c2's first mount is active: %v", op2.log())
+	}
+	mustUnmount(t, d2, "con", "c2")
 	if op2.count("close "+kC) != 1 || op2.count("open "+kC) != 1 {
 		t.Fatalf("events %v", op2.log())
 	}
@@ -550,6 +567,10 @@ func TestRestartOpenFailure(t *testing.T) {
 	mustMount(t, d2, "v", "c1") // already active, but its front is not open
 	if op2.count("open "+k) != 1 {
 		t.Fatal("Mount did not open the front")
+	}
+	mustUnmount(t, d2, "v", "c1")
+	if op2.count("close "+k) != 0 {
+		t.Fatal("closed with the mount from before the restart still active")
 	}
 	mustUnmount(t, d2, "v", "c1")
 	if op2.count("close "+k) != 1 {

@@ -24,7 +24,7 @@ type volumeRecord struct {
 	Name      string            `json:"name"`
 	Opts      map[string]string `json:"opts"`
 	CreatedAt time.Time         `json:"created_at"`
-	Mounts    []string          `json:"mounts,omitempty"` // active mount IDs
+	Mounts    []string          `json:"mounts,omitempty"` // active mount IDs, one entry per active Mount
 }
 
 func stateFile(dir string) string { return filepath.Join(dir, "volumes.json") }
@@ -53,12 +53,12 @@ func (d *Driver) load() error {
 			d.log.Error("skipping a nameless or duplicate volume in the state file", "volume", r.Name, "file", d.file)
 			continue
 		}
-		v := &volume{name: r.Name, raw: r.Opts, created: r.CreatedAt, ids: make(map[string]struct{})}
+		v := &volume{name: r.Name, raw: r.Opts, created: r.CreatedAt, ids: make(map[string]int)}
 		if v.raw == nil {
 			v.raw = map[string]string{}
 		}
 		for _, id := range r.Mounts {
-			v.ids[id] = struct{}{}
+			v.ids[id]++
 		}
 		v.opts, v.broken = parseOptions(v.raw, nil)
 		d.vols[v.name] = v
@@ -67,7 +67,7 @@ func (d *Driver) load() error {
 				"volume", v.name, "err", v.broken)
 			continue
 		}
-		d.keyState(v).users += len(v.ids)
+		d.keyState(v).users += activeMounts(v)
 	}
 	d.log.Info("volumes loaded", "file", d.file, "volumes", len(d.vols))
 	return nil
@@ -82,7 +82,7 @@ func (d *Driver) saveLocked() error {
 			Name:      v.name,
 			Opts:      v.raw,
 			CreatedAt: v.created,
-			Mounts:    slices.Sorted(maps.Keys(v.ids)),
+			Mounts:    mountList(v),
 		})
 	}
 	b, err := json.MarshalIndent(doc, "", "  ")
@@ -127,4 +127,25 @@ func writeFileAtomic(path string, data []byte) (err error) {
 	}
 	defer dh.Close()
 	return dh.Sync()
+}
+
+// mountList is v's active mounts for volumes.json: each ID as many times as
+// it is mounted, sorted.
+func mountList(v *volume) []string {
+	var out []string
+	for _, id := range slices.Sorted(maps.Keys(v.ids)) {
+		for range v.ids[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// activeMounts is the number of active Mounts of v, over all its IDs.
+func activeMounts(v *volume) int {
+	n := 0
+	for _, c := range v.ids {
+		n += c
+	}
+	return n
 }

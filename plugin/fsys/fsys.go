@@ -9,6 +9,7 @@ package fsys
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -84,18 +85,32 @@ func New(st *store.Store, mountpoint string, o Options) (*Mount, error) {
 // Mountpoint is where the file system is mounted.
 func (m *Mount) Mountpoint() string { return m.mountpoint }
 
-// Unmount detaches the mount and waits for the server to stop.
+// detachedWait bounds how long Unmount waits for a lazily detached mount's
+// last user (a process still holding a file open) before it gives up.
+var detachedWait = 10 * time.Second
+
+// Unmount detaches the mount and waits for the server to stop. A busy mount
+// (a process still has a file open) is detached lazily: it leaves the
+// namespace at once and the kernel ends it when the last user lets go. Unmount
+// waits for that at most detachedWait, so that one stuck process cannot hold
+// the caller (and Docker's Unmount call) forever; it then says so.
 func (m *Mount) Unmount() error {
 	err := m.server.Unmount()
 	if err != nil {
-		// Busy (a process still has a file open): detach lazily so the
-		// plugin can go on; the kernel finishes when the last user leaves.
-		if derr := unix.Unmount(m.mountpoint, unix.MNT_DETACH); derr == nil {
-			err = nil
+		derr := unix.Unmount(m.mountpoint, unix.MNT_DETACH)
+		if derr != nil {
+			return &os.PathError{Op: "unmount", Path: m.mountpoint, Err: err}
 		}
 	}
-	m.server.Wait()
-	return err
+	done := make(chan struct{})
+	go func() { m.server.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(detachedWait):
+		return &os.PathError{Op: "unmount", Path: m.mountpoint,
+			Err: fmt.Errorf("detached, but a process still uses it after %s: it is served until it lets go", detachedWait)}
+	}
 }
 
 // Invalidate drops what the kernel caches for rel: its attributes and, with
