@@ -2,8 +2,12 @@
 // in the delegated state: it schedules, batches and retries their writeback
 // and lets callers wait for it (Flush).
 //
-// Lock order: Queue.mu only; Put is never called with it held. Methods named
-// _foo expect mu held.
+// Lock order: Queue.mu only; Put and journal calls are never made with it
+// held (the journal has its own leaf lock). Methods named _foo expect mu
+// held. A path whose journal record is being written sits in a transitional
+// state (journaling, cleaning) instead, and MarkDirty on it waits on
+// Queue.settled until the record is down, so the journal and the queue
+// never disagree about a path in a way that could lose a change.
 //
 // Each path moves through explicit states:
 //
@@ -16,11 +20,21 @@
 // (generation check), so a write racing with its own writeback is never lost.
 // Nothing is ever dropped: a failed path stays in the journal and is retried
 // forever with capped backoff; Flush reports it.
+//
+// Scheduling uses one goroutine and one timer for the whole queue: paths
+// waiting for their delay or backoff sit in a heap ordered by due time, then
+// by the order they became dirty (oldest first); the timer is set for the
+// heap's top only. A MarkDirty on a path already queued touches neither.
 package writeback
 
 import (
+	"container/heap"
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/bindstate/bindstate/plugin/journal"
@@ -35,17 +49,64 @@ type Putter interface {
 
 // Options tune a Queue. Zero values pick defaults.
 type Options struct {
-	Delay      time.Duration // how long a path stays dirty before writeback starts (default 1s)
+	Delay      time.Duration // how long a path stays dirty before writeback starts (default 1s); also the first retry backoff
 	Workers    int           // parallel Puts (default 8)
 	MaxBackoff time.Duration // cap on retry backoff (default 30s)
 }
+
+const (
+	defaultDelay      = time.Second
+	defaultWorkers    = 8
+	defaultMaxBackoff = 30 * time.Second
+)
+
+// ErrClosed is returned by calls on a closed Queue.
+var ErrClosed = errors.New("writeback: queue closed")
 
 // FlushError names every path that could not be written back.
 type FlushError struct {
 	Failed map[string]error // rel -> last error
 }
 
-func (e *FlushError) Error() string { return "unimplemented" }
+// flushErrorDetail is how many paths Error spells out with their error;
+// the rest are named only, so the message stays one readable line.
+const flushErrorDetail = 10
+
+func (e *FlushError) Error() string {
+	rels := e.paths()
+	var b strings.Builder
+	fmt.Fprintf(&b, "writeback failed for %d path(s), kept and retrying: ", len(rels))
+	for i, rel := range rels {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		if i < flushErrorDetail {
+			fmt.Fprintf(&b, "%q: %v", rel, e.Failed[rel])
+		} else {
+			fmt.Fprintf(&b, "%q", rel)
+		}
+	}
+	return b.String()
+}
+
+// Unwrap lets errors.Is/As see the Putter's errors (in path order).
+func (e *FlushError) Unwrap() []error {
+	rels := e.paths()
+	errs := make([]error, len(rels))
+	for i, rel := range rels {
+		errs[i] = e.Failed[rel]
+	}
+	return errs
+}
+
+func (e *FlushError) paths() []string {
+	rels := make([]string, 0, len(e.Failed))
+	for rel := range e.Failed {
+		rels = append(rels, rel)
+	}
+	slices.Sort(rels)
+	return rels
+}
 
 // Stats is a snapshot for status output and metrics.
 type Stats struct {
@@ -57,32 +118,531 @@ type Stats struct {
 	LastFailed string        // path of that failure
 }
 
+type state uint8
+
+const (
+	stJournaling state = iota // first "dirty" record being appended; MarkDirty waits
+	stDirty                   // in the heap, waiting for its delay
+	stWriting                 // a worker runs Put
+	stFailed                  // last Put failed; in the heap, waiting for its backoff
+	stCleaning                // Put covered the latest change; "clean" record being appended; MarkDirty waits
+)
+
+// item is one path that is not clean. It is in Queue.items from its first
+// MarkDirty until its "clean" record is written, and in Queue.wait exactly
+// while its state is stDirty or stFailed.
+type item struct {
+	rel      string
+	state    state
+	gen      uint64    // bumped by every MarkDirty
+	seq      uint64    // order of becoming dirty: ties in the heap go oldest first
+	due      time.Time // when a worker may pick it up (in the heap)
+	index    int       // position in the heap, -1 if not in it
+	since    time.Time // no unwritten change is older than this
+	failures int       // consecutive failed Puts (drives the backoff)
+	err      error     // last Put's error, nil if it succeeded or none ran
+	waits    []waiter  // Flush calls waiting for this path
+}
+
+// waiter is one Flush waiting for a Put that started at generation gen or
+// later: such a Put saw every change made before Flush was called.
+type waiter struct {
+	f   *flusher
+	gen uint64
+}
+
+// flusher is one Flush call. Its fields are guarded by Queue.mu until done
+// is closed, after which nothing writes them.
+type flusher struct {
+	open   map[*item]struct{}
+	failed map[string]error
+	done   chan struct{}
+}
+
 // Queue is safe for concurrent use.
-type Queue struct{}
+type Queue struct {
+	j    *journal.Journal
+	put  Putter
+	opts Options
+
+	ctx    context.Context // passed to Put; cancelled by Close
+	cancel context.CancelFunc
+	kick   chan struct{} // wakes the scheduler: the heap's top may have changed
+	stop   chan struct{} // closed by Close
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	work    sync.Cond // idle workers wait here for a due item
+	settled sync.Cond // MarkDirty waits here while a path's record is being written
+	closed  bool
+	items   map[string]*item
+	wait    waitHeap       // items in state stDirty or stFailed
+	under   map[string]int // dir or path -> number of items at or beneath it (IsDirty)
+	seq     uint64
+	written uint64
+	nfailed int // items with err != nil
+	lastErr string
+	lastRel string
+}
 
 // New starts a Queue whose dirty set begins with j.Pending() (paths left by
 // an earlier run are scheduled at once).
-func New(j *journal.Journal, put Putter, opts Options) *Queue { return nil }
+func New(j *journal.Journal, put Putter, opts Options) *Queue {
+	if opts.Delay <= 0 {
+		opts.Delay = defaultDelay
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = defaultWorkers
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = defaultMaxBackoff
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	q := &Queue{
+		j: j, put: put, opts: opts,
+		ctx: ctx, cancel: cancel,
+		kick:  make(chan struct{}, 1),
+		stop:  make(chan struct{}),
+		items: make(map[string]*item),
+		under: make(map[string]int),
+	}
+	q.work.L = &q.mu
+	q.settled.L = &q.mu
+	now := time.Now()
+	for _, rel := range j.Pending() {
+		it := q._add(rel, stDirty)
+		it.since = now
+		it.due = now
+		heap.Push(&q.wait, it)
+	}
+	q.wg.Add(1 + opts.Workers)
+	go q.scheduler()
+	for range opts.Workers {
+		go q.worker()
+	}
+	return q
+}
 
 // MarkDirty records rel in the journal (before returning: the caller makes
 // the change after this returns) and schedules its writeback.
-func (q *Queue) MarkDirty(rel string) error { return errors.New("unimplemented") }
+//
+// For a path already queued this is the hot path (the store calls it twice
+// per container write): a lock, a map lookup and a generation bump.
+func (q *Queue) MarkDirty(rel string) error {
+	q.mu.Lock()
+	for {
+		if q.closed {
+			q.mu.Unlock()
+			return ErrClosed
+		}
+		it := q.items[rel]
+		if it == nil {
+			break
+		}
+		if it.state == stJournaling || it.state == stCleaning {
+			q.settled.Wait()
+			continue
+		}
+		it.gen++
+		q.mu.Unlock()
+		return nil
+	}
+	// New path: its "dirty" record must be written before we return. Other
+	// MarkDirty calls on it wait meanwhile (stJournaling); the rest of the
+	// queue does not.
+	it := q._add(rel, stJournaling)
+	q.mu.Unlock()
+	err := q.j.MarkDirty(rel)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	defer q.settled.Broadcast()
+	if err != nil {
+		q._remove(it)
+		return err
+	}
+	now := time.Now()
+	it.state = stDirty
+	it.since = now
+	it.due = now.Add(q.opts.Delay)
+	q._push(it)
+	return nil
+}
 
 // IsDirty reports whether rel, or anything beneath it, has changes the host
 // has not seen (the host-refresh worker leaves such paths alone).
-func (q *Queue) IsDirty(rel string) bool { return false }
+func (q *Queue) IsDirty(rel string) bool {
+	q.mu.Lock()
+	n := q.under[rel]
+	q.mu.Unlock()
+	return n > 0
+}
 
 // Flush writes back every path dirty when it is called that equals one of
 // prefixes or lies beneath one ("" = everything), without waiting for the
 // delay, and returns when all of them are clean (nil) or have failed at least
 // once since Flush started (*FlushError), or ctx ends (ctx.Err() joined with
 // the list of paths still pending). Paths that fail stay queued and retried.
+//
+// No prefixes at all means everything, as "" does. A path counts as written
+// once a Put that started after the path's last MarkDirty before Flush
+// succeeds, even if the path has been dirtied again since: Flush waits for
+// the state it was called on, not for the queue to go quiet. A path in
+// backoff is retried at once. When Flush returns an error it first fsyncs
+// the journal, so the paths it names survive a crash.
 func (q *Queue) Flush(ctx context.Context, prefixes ...string) error {
-	return errors.New("unimplemented")
+	if len(prefixes) == 0 {
+		prefixes = []string{""}
+	}
+	f := &flusher{open: make(map[*item]struct{}), failed: make(map[string]error), done: make(chan struct{})}
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return ErrClosed
+	}
+	now := time.Now()
+	for _, p := range prefixes {
+		switch n := q.under[p]; {
+		case n == 0:
+		case n == 1 && q.items[p] != nil:
+			q._await(f, q.items[p], now)
+		default:
+			for rel, it := range q.items {
+				if beneath(rel, p) {
+					q._await(f, it, now)
+				}
+			}
+		}
+	}
+	if len(f.open) == 0 {
+		q.mu.Unlock()
+		return nil
+	}
+	q.mu.Unlock()
+
+	var cause error
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		cause = ctx.Err()
+	case <-q.stop:
+		cause = ErrClosed
+	}
+	var pending []string
+	if cause != nil {
+		q.mu.Lock()
+		for it := range f.open {
+			pending = append(pending, it.rel)
+			it.waits = slices.DeleteFunc(it.waits, func(w waiter) bool { return w.f == f })
+		}
+		f.open = nil
+		q.mu.Unlock()
+	}
+	if len(pending) == 0 && len(f.failed) == 0 {
+		return nil // everything came through just as ctx ended
+	}
+	var errs []error
+	if len(pending) > 0 {
+		slices.Sort(pending)
+		errs = append(errs, cause, fmt.Errorf("writeback: %d path(s) still pending: %q", len(pending), pending))
+	}
+	if len(f.failed) > 0 {
+		errs = append(errs, &FlushError{Failed: f.failed})
+	}
+	if err := q.j.Sync(); err != nil && !errors.Is(err, journal.ErrClosed) {
+		errs = append(errs, err)
+	}
+	if len(errs) == 1 {
+		return errs[0] // a bare *FlushError, as callers expect
+	}
+	return errors.Join(errs...)
+}
+
+// _await makes f wait for it, unless it is already covered, and moves it to
+// the front of the schedule.
+func (q *Queue) _await(f *flusher, it *item, now time.Time) {
+	if it.state == stJournaling {
+		return // the change it precedes has not been made yet
+	}
+	// An item in stCleaning is waited for too, briefly: its Put covered the
+	// latest change, and the worker answers when the journal agrees.
+	if _, ok := f.open[it]; ok {
+		return
+	}
+	f.open[it] = struct{}{}
+	it.waits = append(it.waits, waiter{f: f, gen: it.gen})
+	if it.index >= 0 && it.due.After(now) {
+		it.due = now
+		heap.Fix(&q.wait, it.index)
+		q._kick()
+	}
 }
 
 // Stats returns a snapshot.
-func (q *Queue) Stats() Stats { return Stats{} }
+func (q *Queue) Stats() Stats {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	st := Stats{Failed: q.nfailed, Written: q.written, LastError: q.lastErr, LastFailed: q.lastRel}
+	var oldest time.Time
+	for _, it := range q.items {
+		if it.state == stCleaning {
+			continue
+		}
+		st.Dirty++
+		if !it.since.IsZero() && (oldest.IsZero() || it.since.Before(oldest)) {
+			oldest = it.since
+		}
+	}
+	if !oldest.IsZero() {
+		st.OldestAge = time.Since(oldest)
+	}
+	return st
+}
 
 // Close stops the workers (in-flight Puts are cancelled and stay dirty).
-func (q *Queue) Close() {}
+//
+// Nothing is written to the journal after Close returns, so the caller may
+// close the journal then; paths not yet clean are still named in it.
+func (q *Queue) Close() {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return
+	}
+	q.closed = true
+	close(q.stop)
+	q.cancel()
+	q.work.Broadcast()
+	q.settled.Broadcast()
+	q.mu.Unlock()
+	q.wg.Wait()
+}
+
+// scheduler sleeps until the earliest due item and then wakes the workers.
+// When an item is already due it sets no timer: a busy worker looks at the
+// heap again as soon as its Put ends, so there is nothing to wait for.
+func (q *Queue) scheduler() {
+	defer q.wg.Done()
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	defer t.Stop()
+	for {
+		q.mu.Lock()
+		wait := time.Duration(-1)
+		if len(q.wait) > 0 {
+			if d := time.Until(q.wait[0].due); d > 0 {
+				wait = d
+			} else {
+				q.work.Broadcast()
+			}
+		}
+		q.mu.Unlock()
+		if wait >= 0 {
+			t.Reset(wait)
+		} else {
+			t.Stop()
+		}
+		select {
+		case <-q.kick:
+		case <-t.C:
+		case <-q.stop:
+			return
+		}
+	}
+}
+
+// worker runs Puts for due items, one at a time.
+func (q *Queue) worker() {
+	defer q.wg.Done()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for {
+		if q.closed {
+			return
+		}
+		if len(q.wait) == 0 || q.wait[0].due.After(time.Now()) {
+			q.work.Wait()
+			continue
+		}
+		it := heap.Pop(&q.wait).(*item)
+		q._kick() // the top changed; the scheduler re-arms its timer
+		it.state = stWriting
+		gen := it.gen
+		start := time.Now()
+		q.mu.Unlock()
+		err := q.put.Put(q.ctx, it.rel)
+		q.mu.Lock()
+		if q.closed {
+			// Cancelled, or finished too late to record: the path stays
+			// dirty in the journal and the next run writes it again.
+			return
+		}
+		if err != nil {
+			q._failed(it, gen, err)
+			continue
+		}
+		q.written++
+		if it.err != nil {
+			it.err = nil
+			q.nfailed--
+		}
+		it.failures = 0
+		if it.gen != gen {
+			// Changed while Put ran: those changes still need a Put.
+			q._resolve(it, gen, nil)
+			it.state = stDirty
+			it.since = start
+			it.due = start.Add(q.opts.Delay)
+			q._push(it)
+			continue
+		}
+		it.state = stCleaning
+		q.mu.Unlock()
+		jerr := q.j.MarkClean(it.rel)
+		q.mu.Lock()
+		// No MarkDirty ran meanwhile (they wait for stCleaning to end), so
+		// gen is still the one the Put covered. Flush callers hear of it
+		// only now, so that what they see after Flush (IsDirty, Stats, the
+		// journal) agrees that the path is clean.
+		q._resolve(it, gen, nil)
+		q._remove(it)
+		q.settled.Broadcast()
+		if jerr != nil {
+			// The host has the path; at worst the journal still names it
+			// and the next run writes it once more. Say so in Stats.
+			q.lastErr, q.lastRel = jerr.Error(), it.rel
+		}
+	}
+}
+
+// _failed records a failed Put of it that started at generation gen and
+// schedules the retry.
+func (q *Queue) _failed(it *item, gen uint64, err error) {
+	if it.err == nil {
+		q.nfailed++
+	}
+	it.err = err
+	it.failures++
+	q.lastErr, q.lastRel = err.Error(), it.rel
+	q._resolve(it, gen, err)
+	it.state = stFailed
+	it.due = time.Now().Add(q.backoff(it.failures))
+	q._push(it)
+}
+
+// backoff is the wait before retry number n (n >= 1): Delay doubled each
+// time, capped at MaxBackoff.
+func (q *Queue) backoff(n int) time.Duration {
+	d := q.opts.Delay
+	for i := 1; i < n && d < q.opts.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, q.opts.MaxBackoff)
+}
+
+// _resolve answers the Flush calls on it that a Put started at generation
+// gen covers: written if err is nil, else failed.
+func (q *Queue) _resolve(it *item, gen uint64, err error) {
+	it.waits = slices.DeleteFunc(it.waits, func(w waiter) bool {
+		if w.gen > gen {
+			return false
+		}
+		if err != nil {
+			w.f.failed[it.rel] = err
+		}
+		delete(w.f.open, it)
+		if len(w.f.open) == 0 {
+			close(w.f.done)
+		}
+		return true
+	})
+}
+
+// _push puts it in the heap, at once if a Flush waits for it.
+func (q *Queue) _push(it *item) {
+	if len(it.waits) > 0 {
+		it.due = time.Now()
+	}
+	heap.Push(&q.wait, it)
+	q._kick()
+}
+
+// _kick wakes the scheduler without blocking.
+func (q *Queue) _kick() {
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+}
+
+// _add creates the item for rel and counts it under every ancestor.
+func (q *Queue) _add(rel string, st state) *item {
+	q.seq++
+	it := &item{rel: rel, state: st, gen: 1, seq: q.seq, index: -1}
+	q.items[rel] = it
+	q._count(rel, +1)
+	return it
+}
+
+// _remove forgets it (clean, or never journaled).
+func (q *Queue) _remove(it *item) {
+	if it.err != nil {
+		q.nfailed--
+	}
+	delete(q.items, it.rel)
+	q._count(it.rel, -1)
+}
+
+// _count adds delta to rel and each of its ancestors ("" last), so IsDirty
+// is one map lookup however large the queue.
+func (q *Queue) _count(rel string, delta int) {
+	p := rel
+	for {
+		if n := q.under[p] + delta; n > 0 {
+			q.under[p] = n
+		} else {
+			delete(q.under, p)
+		}
+		if p == "" {
+			return
+		}
+		if i := strings.LastIndexByte(p, '/'); i >= 0 {
+			p = p[:i]
+		} else {
+			p = ""
+		}
+	}
+}
+
+// beneath reports whether rel is p or lies under it ("" is above all).
+func beneath(rel, p string) bool {
+	return p == "" || rel == p || (len(rel) > len(p) && rel[len(p)] == '/' && rel[:len(p)] == p)
+}
+
+// waitHeap orders items by due time, then by when they became dirty.
+type waitHeap []*item
+
+func (h waitHeap) Len() int { return len(h) }
+func (h waitHeap) Less(a, b int) bool {
+	if !h[a].due.Equal(h[b].due) {
+		return h[a].due.Before(h[b].due)
+	}
+	return h[a].seq < h[b].seq
+}
+func (h waitHeap) Swap(a, b int) {
+	h[a], h[b] = h[b], h[a]
+	h[a].index = a
+	h[b].index = b
+}
+func (h *waitHeap) Push(x any) {
+	it := x.(*item)
+	it.index = len(*h)
+	*h = append(*h, it)
+}
+func (h *waitHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	old[len(old)-1] = nil
+	it.index = -1
+	*h = old[:len(old)-1]
+	return it
+}
