@@ -3,8 +3,10 @@ package fsys
 import (
 	"context"
 	"errors"
+	"strings"
 	"syscall"
 
+	"github.com/bindstate/bindstate/plugin/store"
 	"github.com/bindstate/bindstate/plugin/writeback"
 )
 
@@ -16,6 +18,12 @@ import (
 func (f *filesystem) errno(err error, op, rel string) syscall.Errno {
 	if err == nil {
 		return 0
+	}
+	if rel == orphanPath || strings.HasPrefix(rel, orphanPath+"/") {
+		return syscall.ENOENT // raced with an unlink or rename: gone
+	}
+	if errors.Is(err, store.ErrBusy) {
+		return syscall.EBUSY // a host change the container got to first
 	}
 	var e syscall.Errno
 	if errors.As(err, &e) {

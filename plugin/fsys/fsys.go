@@ -25,9 +25,11 @@ import (
 // Options tune a mount.
 type Options struct {
 	Name string // shown as the mount's source in mountinfo
-	// AttrTimeout is how long the kernel may cache names and attributes.
-	// Host changes are pushed to the kernel explicitly, so this bounds only
-	// the cost of a stray cache entry.
+	// AttrTimeout is how long the kernel may cache names, attributes and
+	// negative lookups (default an hour). Every change to the store that does
+	// not pass through the mount is announced to the kernel (host changes are
+	// applied through the mount, or invalidated with Invalidate), so a long
+	// timeout costs nothing in correctness and saves a round trip per stat.
 	AttrTimeout time.Duration
 	Debug       bool // log every FUSE request
 	Log         *slog.Logger
@@ -46,7 +48,7 @@ func New(st *store.Store, mountpoint string, o Options) (*Mount, error) {
 		o.Log = slog.Default()
 	}
 	if o.AttrTimeout == 0 {
-		o.AttrTimeout = time.Second
+		o.AttrTimeout = time.Hour
 	}
 	if err := os.MkdirAll(mountpoint, 0o755); err != nil {
 		return nil, &os.PathError{Op: "mount", Path: mountpoint, Err: err}
@@ -73,6 +75,10 @@ func New(st *store.Store, mountpoint string, o Options) (*Mount, error) {
 			MaxReadAhead:         1 << 20,
 			Debug:                o.Debug,
 			EnableSymlinkCaching: true,
+			// The kernel would otherwise ask for security.capability before
+			// every write (a round trip per write); handle.removePrivs does
+			// what it would do instead.
+			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
 		},
 	}
 	server, err := fs.Mount(mountpoint, root, opts)

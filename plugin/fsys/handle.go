@@ -2,6 +2,8 @@ package fsys
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -15,7 +17,34 @@ import (
 type handle struct {
 	file *store.File
 	fs   *filesystem
+
+	// killPriv: the file had set-id bits or a security.capability xattr
+	// when it was opened for writing. The mount negotiates
+	// HANDLE_KILLPRIV_V2 (so the kernel does not ask for security.capability
+	// before every write, a round trip per write), which makes clearing
+	// them on the first write our job, as the kernel would.
+	killPriv atomic.Bool
+	wrote    atomic.Bool // BeginWrite done
 }
+
+// newHandle wraps an open store file. Opening for writing costs one fstat
+// and one fgetxattr on the store file, so that writes cost none.
+func (f *filesystem) newHandle(file *store.File, flags int) *handle {
+	h := &handle{file: file, fs: f}
+	if flags&unix.O_ACCMODE != unix.O_RDONLY {
+		var st unix.Stat_t
+		if unix.Fstat(file.Fd(), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			setID := st.Mode&unix.S_ISUID != 0 || st.Mode&(unix.S_ISGID|unix.S_IXGRP) == unix.S_ISGID|unix.S_IXGRP
+			_, err := unix.Fgetxattr(file.Fd(), capabilityXattr, nil)
+			h.killPriv.Store(setID || err == nil)
+		}
+	}
+	return h
+}
+
+// capabilityXattr holds file capabilities; a write removes it (as the
+// kernel's file_remove_privs does).
+const capabilityXattr = "security.capability"
 
 var (
 	_ = (fs.FileReader)((*handle)(nil))
@@ -33,7 +62,17 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	n, err := h.file.WriteAt(h.fs.origin(ctx), data, off)
+	ctx = h.fs.origin(ctx)
+	if h.killPriv.Load() {
+		h.removePrivs(ctx)
+	}
+	if !h.wrote.Load() {
+		if err := h.file.BeginWrite(ctx); err != nil {
+			return 0, h.fs.errno(err, "write", h.file.Rel())
+		}
+		h.wrote.Store(true)
+	}
+	n, err := h.file.WriteAt(ctx, data, off)
 	if err != nil {
 		return uint32(n), h.fs.errno(err, "write", h.file.Rel())
 	}
@@ -68,4 +107,35 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 		return 0, h.fs.errno(err, "lseek", h.file.Rel())
 	}
 	return uint64(n), 0
+}
+
+// removePrivs does what the kernel does before a write by a process without
+// CAP_FSETID: clear the set-user-ID bit, the set-group-ID bit of a group
+// executable file, and the file's capabilities. go-fuse does not pass the
+// kernel's FUSE_WRITE_KILL_SUIDGID flag to file handles, so a writer other
+// than root counts as unprivileged. Capabilities go whoever writes.
+func (h *handle) removePrivs(ctx context.Context) {
+	if !h.killPriv.Swap(false) {
+		return
+	}
+	rel := h.file.Rel()
+	var st unix.Stat_t
+	if err := unix.Fstat(h.file.Fd(), &st); err != nil {
+		return
+	}
+	if c, ok := fuse.FromContext(ctx); ok && c.Uid != 0 {
+		mode := st.Mode & 07777
+		mode &^= unix.S_ISUID
+		if mode&unix.S_IXGRP != 0 {
+			mode &^= unix.S_ISGID
+		}
+		if mode != st.Mode&07777 {
+			if err := h.fs.store.Setattr(ctx, rel, store.Attrs{Mode: &mode}); err != nil {
+				h.fs.log.Warn("clearing set-id bits before a write", "path", rel, "err", err)
+			}
+		}
+	}
+	if err := h.fs.store.Removexattr(ctx, rel, capabilityXattr); err != nil && !errors.Is(err, unix.ENODATA) {
+		h.fs.log.Warn("removing file capabilities before a write", "path", rel, "err", err)
+	}
 }

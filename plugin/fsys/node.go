@@ -70,12 +70,17 @@ func (n *node) rel() (string, bool) {
 	return string(b), true
 }
 
-// path is rel for operations on a live node; an orphan maps to a name that
-// cannot exist, so the store answers ENOENT.
+// orphanPath is what path returns for a node that lost its name (unlinked or
+// renamed over while the kernel still held it): a name no store entry can
+// have. errno turns the store's refusal of it into ENOENT, what the kernel
+// expects for a file that is gone.
+const orphanPath = "\x00orphan"
+
+// path is rel for operations on a live node, orphanPath for an orphan.
 func (n *node) path() string {
 	r, ok := n.rel()
 	if !ok {
-		return "\x00orphan"
+		return orphanPath
 	}
 	return r
 }
@@ -266,7 +271,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	ch = &node{fs: n.fs}
 	fillAttr(&out.Attr, &st)
 	inode := n.NewInode(ctx, ch, idFromStat(&st))
-	return inode, &handle{file: f, fs: n.fs}, 0, 0
+	return inode, n.fs.newHandle(f, int(flags)), fuse.FOPEN_KEEP_CACHE, 0
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -275,7 +280,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if err != nil {
 		return nil, 0, n.fs.errno(err, "open", rel)
 	}
-	return &handle{file: f, fs: n.fs}, 0, 0
+	return n.fs.newHandle(f, int(flags)), fuse.FOPEN_KEEP_CACHE, 0
 }
 
 // Fsync without an open file (e.g. on a directory): rule D2 for entries.

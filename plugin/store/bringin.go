@@ -2,18 +2,36 @@ package store
 
 import (
 	"errors"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// BringIn runs fn, which applies one host change, holding off every
-// container change (so the two never interleave on a path) and on a thread
-// whose requests through the mount count as host-origin. fn must re-check
-// Busy for its path: the container may have changed it since the change was
-// planned.
+// ErrBusy is returned for a host change that was not brought in because the
+// container has changed the path (or something beneath it) and not written
+// it back yet: the container's version wins until writeback (rule D7 decides
+// there). It wraps EBUSY, which is what a host-origin syscall on the mount
+// sees.
+var ErrBusy error = &busyError{}
+
+type busyError struct{}
+
+func (*busyError) Error() string {
+	return "store: the container changed this path; the host change is left to writeback"
+}
+func (*busyError) Is(target error) bool { return target == syscall.EBUSY }
+
+// Errno lets the FUSE layer hand EBUSY to the kernel.
+func (*busyError) Errno() syscall.Errno { return syscall.EBUSY }
+
+// BringIn runs fn, which applies one host change, on a thread whose requests
+// through the mount count as host-origin. It holds no lock while fn runs: fn
+// makes syscalls on the mount, and the FUSE requests they cause take the
+// store's lock themselves (exclusively, see lockShared) and refuse a path the
+// container has changed (ErrBusy). A lock held across such a syscall would
+// deadlock with a container request that holds the kernel's directory lock
+// and waits for the store.
 func (s *Store) BringIn(fn func() error) error {
-	s.apply.Lock()
-	defer s.apply.Unlock()
 	return s.threads.Run(fn)
 }
 
@@ -22,6 +40,11 @@ func (s *Store) BringIn(fn func() error) error {
 // whose content was fetched gets the new content now, so open readers see it
 // at once; directories and others get the attributes. Call within BringIn.
 func (s *Store) RefreshEntry(rel string, st *unix.Stat_t) error {
+	s.apply.Lock()
+	defer s.apply.Unlock()
+	if s.Busy(rel) {
+		return ErrBusy
+	}
 	lst, err := s.local.Lstat(rel)
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync"
 
@@ -21,6 +22,7 @@ type File struct {
 	mu    sync.Mutex // guards host during Release
 
 	unbusy func() // ends the host refresh's hands-off for a cached writer
+	held   string // delegated: the path Hold was taken on at the first write ("" if none)
 }
 
 // openFlags strips flags the store handles itself.
@@ -88,7 +90,10 @@ func (s *Store) Open(ctx context.Context, rel string, flags int, relNow func() (
 func (s *Store) Create(ctx context.Context, rel string, flags int, mode uint32, o Owner, relNow func() (string, bool)) (*File, error) {
 	r := s.routeFor(ctx)
 	if r == routeLocal {
-		if err := s.adoptFromHost(rel); err != nil {
+		unlock := s.lockShared(ctx)
+		err := s.adoptFromHost(rel)
+		unlock()
+		if err != nil {
 			return nil, err
 		}
 		return s.Open(ctx, rel, flags&^unix.O_TRUNC, relNow)
@@ -153,15 +158,38 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
+// route is the route of a change made through f, decided holding the apply
+// lock shared (so a change racing with SetWriteThrough is either written
+// back by its flush or sees the switch). flush reports that the change must
+// be written back before the call returns: a delegated store writing
+// through (rules C4, D5) has no host half for files opened before the
+// switch, so their changes are journaled and then written back at once
+// (correct, slower).
+func (f *File) route(ctx context.Context) (r route, flush bool) {
+	r = f.s.routeFor(ctx)
+	if r == routeThrough && f.host == nil {
+		if f.s.queue != nil {
+			return routeJournal, true
+		}
+		return routeLocal, false // opened by the applier, or read-only
+	}
+	return r, false
+}
+
+// writeBack writes the file back now (route's flush).
+func (f *File) writeBack(ctx context.Context) error {
+	if rels := f.rels(); rels != nil {
+		return f.s.Flush(ctx, rels...)
+	}
+	return nil
+}
+
 // WriteAt writes p at off along the state's route.
 func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	s := f.s
 	var n int
-	r := s.routeFor(ctx)
-	if f.host == nil && r == routeThrough {
-		r = routeLocal // opened by the applier, or read-only
-	}
-	defer s.lockShared(ctx)()
+	unlock := s.lockShared(ctx)
+	r, flush := f.route(ctx)
 	err := s.do(r, f.rels(),
 		func() error {
 			_, err := unix.Pwrite(int(f.host.Fd()), p, off)
@@ -172,51 +200,69 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 			n, err = unix.Pwrite(f.Fd(), p, off)
 			return err
 		})
+	unlock()
+	if flush && err == nil {
+		err = f.writeBack(ctx)
+	}
 	return n, err
 }
 
 // Allocate is fallocate(2) along the state's route.
 func (f *File) Allocate(ctx context.Context, mode uint32, off, size int64) error {
 	s := f.s
-	r := s.routeFor(ctx)
-	if f.host == nil && r == routeThrough {
-		r = routeLocal
-	}
-	defer s.lockShared(ctx)()
-	return s.do(r, f.rels(),
+	unlock := s.lockShared(ctx)
+	r, flush := f.route(ctx)
+	err := s.do(r, f.rels(),
 		func() error { return unix.Fallocate(int(f.host.Fd()), mode, off, size) },
 		func() error { return unix.Fallocate(f.Fd(), mode, off, size) })
+	unlock()
+	if flush && err == nil {
+		err = f.writeBack(ctx)
+	}
+	return err
 }
 
 // Truncate is ftruncate(2) along the state's route.
 func (f *File) Truncate(ctx context.Context, size int64) error {
 	s := f.s
-	r := s.routeFor(ctx)
-	if f.host == nil && r == routeThrough {
+	if f.host == nil && s.queue == nil && s.routeFor(ctx) == routeThrough {
 		return s.Setattr(ctx, f.Rel(), Attrs{Size: &size})
 	}
-	defer s.lockShared(ctx)()
-	return s.do(r, f.rels(),
+	unlock := s.lockShared(ctx)
+	r, flush := f.route(ctx)
+	err := s.do(r, f.rels(),
 		func() error { return f.host.Truncate(size) },
 		func() error { return f.local.Truncate(size) })
+	unlock()
+	if flush && err == nil {
+		err = f.writeBack(ctx)
+	}
+	return err
 }
 
 // Sync returns once the file's data is on the host (rule D2): for cached it
-// fsyncs the host half; for delegated it writes the file back now.
+// fsyncs the host half; for delegated it writes the file back now. A
+// delegated file opened while the store wrote through (SetWriteThrough) has
+// a host half too, but its later changes may be journaled: both are done.
 func (f *File) Sync(ctx context.Context) error {
 	if f.host != nil {
-		return f.host.Sync()
+		if err := f.host.Sync(); err != nil || f.s.queue == nil {
+			return err
+		}
 	}
-	rels := f.rels()
-	if rels == nil {
-		return nil
-	}
-	return f.s.Flush(ctx, rels...)
+	return f.writeBack(ctx)
 }
 
 // Release closes the file. A cached file records the host's attributes as
 // its base now that our own writes are done.
 func (f *File) Release() error {
+	f.mu.Lock()
+	held := f.held
+	f.held = ""
+	f.mu.Unlock()
+	if held != "" {
+		f.s.queue.Release(held)
+	}
 	if f.host != nil {
 		for _, r := range f.rels() {
 			f.s.rebase(r)
@@ -244,4 +290,29 @@ func (f *File) closeAll() error {
 		f.local = nil
 	}
 	return err
+}
+
+// BeginWrite is called before a handle's first write. In the delegated state
+// it holds the file's path in the writeback queue until Release: the path
+// stays journaled, and is not copied to the host again every writeback delay
+// while the container is still writing it (a log or database file would be
+// copied whole each time); fsync and flushes still write it at once.
+func (f *File) BeginWrite(ctx context.Context) error {
+	if f.s.routeFor(ctx) != routeJournal {
+		return nil
+	}
+	rel, ok := f.rel()
+	if !ok {
+		return nil // unlinked while open: nothing to write back
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.held != "" {
+		return nil
+	}
+	if err := f.s.queue.Hold(rel); err != nil {
+		return fmt.Errorf("journal %q: %w", rel, err)
+	}
+	f.held = rel
+	return nil
 }

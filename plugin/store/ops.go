@@ -14,7 +14,8 @@ import (
 // How a change reaches the host is decided per operation by route:
 //
 //	routeLocal   host-origin: bring a host change in; local only
-//	routeThrough host first, then local (cached, and rule D8 special files)
+//	routeThrough host first, then local (cached, rule D8 special files, and
+//	             delegated while it overlaps a stronger mount: SetWriteThrough)
 //	routeJournal journal, local, write back later (delegated)
 type route int
 
@@ -28,12 +29,52 @@ func (s *Store) routeFor(ctx context.Context) route {
 	switch {
 	case isHostOrigin(ctx):
 		return routeLocal
-	case s.queue != nil:
+	case s.queue != nil && !s.through.Load():
 		return routeJournal
 	default:
 		return routeThrough
 	}
 }
+
+// SetWriteThrough switches a delegated store to write-through (on) or back
+// to the journal (off): where a delegated mount overlaps a cached or
+// consistent one, container changes must reach the host before the syscall
+// returns (rules C4, D5). Before switching on, everything journaled is
+// written back: once without locks, then again holding off every container
+// change, so no change is left behind in the journal. If that fails the
+// store stays delegated and the error names the paths. Files opened before
+// the switch have no host half; their writes are journaled and written back
+// before the write returns (File.WriteAt). The writeback queue keeps
+// running either way. A no-op for a cached store.
+func (s *Store) SetWriteThrough(ctx context.Context, on bool) error {
+	if s.queue == nil {
+		return nil
+	}
+	if !on {
+		if s.through.Swap(false) {
+			s.log.Info("writing through ended: container changes are journaled again")
+		}
+		return nil
+	}
+	if s.through.Load() {
+		return nil
+	}
+	if err := s.Flush(ctx); err != nil {
+		return err
+	}
+	s.apply.Lock()
+	defer s.apply.Unlock()
+	if err := s.Flush(ctx); err != nil {
+		return err
+	}
+	s.through.Store(true)
+	s.log.Info("writing through: container changes reach the host before the syscall returns")
+	return nil
+}
+
+// WritesThrough reports whether a delegated store currently writes through
+// (SetWriteThrough).
+func (s *Store) WritesThrough() bool { return s.through.Load() }
 
 // isSpecial reports FIFOs, sockets and devices, which always live on the host
 // (rule D8): every change to them goes straight through.
@@ -45,10 +86,15 @@ func isSpecial(mode uint32) bool {
 	return true
 }
 
-// lockShared holds the apply lock shared for a container change.
+// lockShared holds the apply lock for one change: shared for a container's,
+// exclusive for a host-origin one (the refresh bringing a host edit in
+// through the mount), so that the two never interleave on a path. Holders
+// never make a syscall on the mount itself: a FUSE request waiting here holds
+// kernel locks (a directory's i_rwsem) that such a syscall would need.
 func (s *Store) lockShared(ctx context.Context) func() {
 	if isHostOrigin(ctx) {
-		return func() {}
+		s.apply.Lock()
+		return s.apply.Unlock
 	}
 	s.apply.RLock()
 	return s.apply.RUnlock
@@ -236,6 +282,9 @@ func (s *Store) Symlink(ctx context.Context, target, rel string, o Owner) error 
 // adoptFromHost brings the host entry at rel into the store (a host-origin
 // create): whatever the request said, the host's entry is what counts.
 func (s *Store) adoptFromHost(rel string) error {
+	if s.Busy(rel) {
+		return ErrBusy
+	}
 	st, err := s.host.Lstat(rel)
 	if err != nil {
 		return err
@@ -261,13 +310,21 @@ func (s *Store) Link(ctx context.Context, oldRel, newRel string) error {
 // Unlink removes the non-directory rel.
 func (s *Store) Unlink(ctx context.Context, rel string) error {
 	defer s.lockShared(ctx)()
+	if isHostOrigin(ctx) && (s.Busy(rel) || s.hostStillHas(rel)) {
+		return ErrBusy
+	}
 	r := s.routeFor(ctx)
 	if st, err := s.local.Lstat(rel); err == nil && isSpecial(st.Mode) && r != routeLocal {
 		r = routeThrough
 	}
 	return s.do(r, []string{rel},
 		func() error { return ignoreENOENT(s.host.Remove(rel)) },
-		func() error { return s.local.Remove(rel) })
+		func() error {
+			if r == routeJournal {
+				s.entombBase(rel)
+			}
+			return s.local.Remove(rel)
+		})
 }
 
 // Rmdir removes the empty directory rel. Empty as the container would see
@@ -279,6 +336,9 @@ func (s *Store) Rmdir(ctx context.Context, rel string) error {
 		}
 	}
 	defer s.lockShared(ctx)()
+	if isHostOrigin(ctx) && (s.Busy(rel) || s.hostStillHas(rel)) {
+		return ErrBusy
+	}
 	return s.do(s.routeFor(ctx), []string{rel},
 		func() error { return ignoreENOENT(s.host.Remove(rel)) },
 		func() error { return s.local.Remove(rel) })
@@ -310,7 +370,7 @@ func (s *Store) Rename(ctx context.Context, oldRel, newRel string, flags uint32)
 	if r == routeJournal && s.renamesLocally(oldRel, newRel, flags) {
 		defer s.lockShared(ctx)()
 		return s.do(r, []string{oldRel, newRel}, nil,
-			func() error { return s.local.Rename(oldRel, newRel, uint(flags)) })
+			func() error { return s.renameLocal(oldRel, newRel, flags) })
 	}
 	s.apply.Lock()
 	defer s.apply.Unlock()
@@ -372,6 +432,9 @@ func (s *Store) Setattr(ctx context.Context, rel string, a Attrs) error {
 		}
 	}
 	defer s.lockShared(ctx)()
+	if isHostOrigin(ctx) && s.Busy(rel) {
+		return ErrBusy
+	}
 	return s.do(r, []string{rel},
 		func() error { return applyAttrs(s.host, rel, a) },
 		func() error { return applyAttrs(s.local, rel, a) })
@@ -518,4 +581,50 @@ func dirOf(rel string) string {
 		return ""
 	}
 	return d
+}
+
+// hostStillHas reports whether the host has at rel what the store has: a
+// host-origin deletion planned from a listing taken just before a container's
+// write-through create must not remove what the container made. A host entry
+// of another type (or a symlink with another target) is a replacement, which
+// goes ahead.
+func (s *Store) hostStillHas(rel string) bool {
+	hst, err := s.host.Lstat(rel)
+	if err != nil {
+		return false
+	}
+	lst, err := s.local.Lstat(rel)
+	if err != nil || lst.Mode&unix.S_IFMT != hst.Mode&unix.S_IFMT {
+		return false
+	}
+	if lst.Mode&unix.S_IFMT == unix.S_IFLNK {
+		lt, err1 := s.local.Readlink(rel)
+		ht, err2 := s.host.Readlink(rel)
+		return err1 == nil && err2 == nil && lt == ht
+	}
+	return true
+}
+
+// renameLocal renames in the store alone (delegated) and keeps bases tied to
+// host paths, not to files: a base says what the host had at a path when it
+// was last in sync, and the host has not changed at either name. So newRel
+// keeps the base of what it replaced (or none), and oldRel's base is kept as
+// a tombstone until its removal reaches the host (rule D7: the writeback
+// compares against what the host had there, not against the moved file).
+func (s *Store) renameLocal(oldRel, newRel string, flags uint32) error {
+	srcBase, srcKnown := s.Base(oldRel)
+	dstBase, dstKnown := s.Base(newRel)
+	if err := s.local.Rename(oldRel, newRel, uint(flags)); err != nil {
+		return err
+	}
+	if flags&unix.RENAME_EXCHANGE != 0 {
+		s.pinBase(newRel, dstBase, dstKnown)
+		s.pinBase(oldRel, srcBase, srcKnown)
+		return nil
+	}
+	s.pinBase(newRel, dstBase, dstKnown)
+	if srcKnown {
+		s.setTomb(oldRel, srcBase)
+	}
+	return nil
 }

@@ -77,13 +77,14 @@ func (s *Store) put(ctx context.Context, rel string) error {
 	if hst, err := s.host.Lstat(rel); err == nil {
 		s.setBase(rel, &hst)
 	}
+	s.dropTomb(rel)
 	return nil
 }
 
 // checkConflict keeps the host's copy aside if the host changed rel since
 // the store last saw it, or created rel while the container did too.
 func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
-	b, known := s.Base(rel)
+	b, known := s.hostBase(rel)
 	switch {
 	case known && b.Matches(hst):
 		return nil
@@ -134,14 +135,28 @@ func (s *Store) putAbsent(rel string) error {
 	if err != nil {
 		return fmt.Errorf("writeback %q: %w", rel, err)
 	}
-	if b, known := s.Base(rel); !known || !b.Matches(&hst) {
-		// The store has no record any more (the entry is gone): say what is
-		// removed so a host edit never vanishes without a trace (rule D7).
+	b, known := s.hostBase(rel)
+	switch {
+	case known && !b.Matches(&hst) && hst.Mode&unix.S_IFMT != unix.S_IFDIR:
+		// The host changed what the container deleted (rule D7): keep it.
+		aside := rel + ".bindstate-conflict-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+		if err := s.host.Rename(rel, aside, unix.RENAME_NOREPLACE); err != nil {
+			return fmt.Errorf("writeback %q: keep host copy aside: %w", rel, err)
+		}
+		s.conflicts.Add(1)
+		s.log.Warn("the container deleted a path the host changed; host's version kept aside",
+			"path", rel, "host_copy", aside)
+		s.dropTomb(rel)
+		return nil
+	case !known:
+		// No record of what the host had (written before a restart): say
+		// what is removed, so nothing vanishes without a trace (rule D7).
 		s.log.Info("removing host entry deleted in the container", "path", rel)
 	}
 	if err := s.host.RemoveAll(rel); err != nil {
 		return fmt.Errorf("writeback %q: remove: %w", rel, err)
 	}
+	s.dropTomb(rel)
 	return nil
 }
 

@@ -73,6 +73,7 @@ type Store struct {
 	state   consistency.State
 	journal *journal.Journal // nil unless delegated
 	queue   *writeback.Queue // nil unless delegated
+	through atomic.Bool      // delegated, but writing through (SetWriteThrough: rules C4, D5)
 	log     *slog.Logger
 	apply   sync.RWMutex
 	locks   keyedMutex // per-path: populate and fetch happen once
@@ -82,7 +83,15 @@ type Store struct {
 	busy   map[string]int // paths open for writing through to the host (cached)
 
 	conflicts atomic.Int64 // host copies kept aside (D7)
-	fetched   atomic.Int64 // files whose content came from the host
+
+	// tombs are the bases of host paths whose store entry was removed or
+	// renamed away and whose writeback has not happened yet (delegated): the
+	// writeback compares the host against them (rule D7). Kept in memory
+	// only: after a crash the comparison falls back to "unknown", which keeps
+	// the host's copy aside rather than lose it.
+	tombMu  sync.Mutex
+	tombs   map[string]Base
+	fetched atomic.Int64 // files whose content came from the host
 
 	// Metrics (see Stats), counted where the work happens.
 	hits         atomic.Int64 // opens served from content already local (countHit)
@@ -359,5 +368,54 @@ func (s *Store) holdBusy(rel string) func() {
 			delete(s.busy, rel)
 		}
 		s.busyMu.Unlock()
+	}
+}
+
+// setTomb remembers the base of a host path whose store entry is gone.
+func (s *Store) setTomb(rel string, b Base) {
+	s.tombMu.Lock()
+	if s.tombs == nil {
+		s.tombs = make(map[string]Base)
+	}
+	s.tombs[rel] = b
+	s.tombMu.Unlock()
+}
+
+// entombBase keeps rel's base before its store entry is removed.
+func (s *Store) entombBase(rel string) {
+	if b, ok := s.Base(rel); ok {
+		s.setTomb(rel, b)
+	}
+}
+
+// hostBase is what the host had at rel when last in sync: the entry's base,
+// or the tombstone of an entry removed or renamed away since.
+func (s *Store) hostBase(rel string) (Base, bool) {
+	if b, ok := s.Base(rel); ok {
+		return b, true
+	}
+	s.tombMu.Lock()
+	defer s.tombMu.Unlock()
+	b, ok := s.tombs[rel]
+	return b, ok
+}
+
+// dropTomb forgets rel's tombstone once the host matches the store there.
+func (s *Store) dropTomb(rel string) {
+	s.tombMu.Lock()
+	delete(s.tombs, rel)
+	s.tombMu.Unlock()
+}
+
+// pinBase sets rel's base to b, or removes it when there is none.
+func (s *Store) pinBase(rel string, b Base, known bool) {
+	if known {
+		if err := s.local.Setxattr(rel, xattrBase, b.encode(), 0); err != nil {
+			s.log.Debug("pin base", "path", rel, "err", err)
+		}
+		return
+	}
+	if err := s.local.Removexattr(rel, xattrBase); err != nil && !errors.Is(err, unix.ENODATA) {
+		s.log.Debug("drop base", "path", rel, "err", err)
 	}
 }

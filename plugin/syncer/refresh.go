@@ -110,7 +110,17 @@ func (r *Refresher) scanDir(dir string) (int, []string, error) {
 	applied := 0
 	var errs []error
 	for _, a := range Plan(host, local, busy) {
-		if err := r.apply(dir, a); err != nil {
+		err := r.apply(dir, a)
+		if errors.Is(err, unix.EBUSY) { // store.ErrBusy, or EBUSY from a syscall on the mount
+			continue // the container changed it meanwhile: its version wins until writeback
+		}
+		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOENT) {
+			// The container created or removed the name between the
+			// listing and now: the next scan sees where things stand.
+			r.log.Debug("host change raced with the container; rescanning later", "path", join(dir, a.Name), "err", err)
+			continue
+		}
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -18,6 +18,13 @@
 //
 // A path is marked clean only if no MarkDirty happened while its Put ran
 // (generation check), so a write racing with its own writeback is never lost.
+//
+// A path can also be held (Hold, while a container has it open for writing):
+// it stays dirty and journaled but is not written back on its own schedule,
+// which would copy a large file to the host again every Delay while it grows;
+// a Flush still writes it at once (fsync). Release schedules it normally.
+// A held path is never marked clean: writes made through a handle the queue
+// does not see are covered by the Put that follows Release.
 // Nothing is ever dropped: a failed path stays in the journal and is retried
 // forever with capped backoff; Flush reports it.
 //
@@ -140,6 +147,7 @@ type item struct {
 	index    int       // position in the heap, -1 if not in it
 	since    time.Time // no unwritten change is older than this
 	failures int       // consecutive failed Puts (drives the backoff)
+	holds    int       // open Holds: not scheduled on its own, never cleaned
 	err      error     // last Put's error, nil if it succeeded or none ran
 	waits    []waiter  // Flush calls waiting for this path
 }
@@ -268,6 +276,48 @@ func (q *Queue) MarkDirty(rel string) error {
 	return nil
 }
 
+// Hold marks rel dirty (journaled before it returns, as MarkDirty) and keeps
+// it so until the matching Release: the queue does not write it back on its
+// own meanwhile, only when a Flush asks. Every Hold needs one Release.
+func (q *Queue) Hold(rel string) error {
+	for {
+		if err := q.MarkDirty(rel); err != nil {
+			return err
+		}
+		q.mu.Lock()
+		it := q.items[rel]
+		if it == nil || it.state == stJournaling || it.state == stCleaning {
+			q.mu.Unlock()
+			continue // cleaned just now: mark it again
+		}
+		it.holds++
+		if it.index >= 0 && len(it.waits) == 0 {
+			heap.Remove(&q.wait, it.index) // park it until Release or Flush
+			q._kick()
+		}
+		q.mu.Unlock()
+		return nil
+	}
+}
+
+// Release ends one Hold of rel and schedules its writeback (after Delay) once
+// no Hold is left. The release itself counts as a change: writes made while
+// held may not have been announced with MarkDirty.
+func (q *Queue) Release(rel string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	it := q.items[rel]
+	if it == nil || it.holds == 0 {
+		return
+	}
+	it.holds--
+	it.gen++
+	if it.holds == 0 && it.state == stDirty && it.index < 0 {
+		it.due = time.Now().Add(q.opts.Delay)
+		q._push(it)
+	}
+}
+
 // IsDirty reports whether rel, or anything beneath it, has changes the host
 // has not seen (the host-refresh worker leaves such paths alone).
 func (q *Queue) IsDirty(rel string) bool {
@@ -370,6 +420,11 @@ func (q *Queue) _await(f *flusher, it *item, now time.Time) {
 	}
 	f.open[it] = struct{}{}
 	it.waits = append(it.waits, waiter{f: f, gen: it.gen})
+	if it.index < 0 && it.state == stDirty { // held: parked outside the heap
+		it.due = now
+		q._push(it)
+		return
+	}
 	if it.index >= 0 && it.due.After(now) {
 		it.due = now
 		heap.Fix(&q.wait, it.index)
@@ -486,13 +541,17 @@ func (q *Queue) worker() {
 			q.nfailed--
 		}
 		it.failures = 0
-		if it.gen != gen {
-			// Changed while Put ran: those changes still need a Put.
+		if it.gen != gen || it.holds > 0 {
+			// Changed while Put ran, or still open for writing: those
+			// changes still need a Put (a held path waits for Release or
+			// a Flush).
 			q._resolve(it, gen, nil)
 			it.state = stDirty
 			it.since = start
 			it.due = start.Add(q.opts.Delay)
-			q._push(it)
+			if it.holds == 0 || len(it.waits) > 0 {
+				q._push(it)
+			}
 			continue
 		}
 		it.state = stCleaning

@@ -702,3 +702,37 @@ func BenchmarkMarkDirtyHotParallel(b *testing.B) {
 		}
 	})
 }
+
+// A path open for writing is held: dirty and journaled, not written back on
+// its own schedule (a growing file would be copied again every Delay), still
+// written at once by a Flush (fsync, rule D2), never marked clean while
+// held, and written once more after Release.
+func TestD2_HeldPathWrittenOnFlushAndAfterRelease(t *testing.T) {
+	r := newRig(t, Options{Delay: 20 * time.Millisecond})
+	if err := r.q.Hold("big"); err != nil {
+		t.Fatal(err)
+	}
+	r.p.none(t, 150*time.Millisecond) // many Delays pass: no Put while held
+
+	done := make(chan error, 1)
+	go func() { done <- r.q.Flush(t.Context(), "big") }()
+	r.p.next(t).ok()
+	if err := <-done; err != nil {
+		t.Fatalf("flush of a held path: %v", err)
+	}
+	if !r.q.IsDirty("big") || !slices.Contains(r.j.Pending(), "big") {
+		t.Fatal("a held path was marked clean: later writes through its handle would not be journaled")
+	}
+	r.p.none(t, 100*time.Millisecond)
+
+	r.q.Release("big")
+	r.p.next(t).ok()
+	deadline := time.Now().Add(5 * time.Second)
+	for r.q.IsDirty("big") {
+		if time.Now().After(deadline) {
+			t.Fatal("released and written, but still dirty")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	wantJournal(t, r.j)
+}
