@@ -32,7 +32,11 @@ type Options struct {
 	// timeout costs nothing in correctness and saves a round trip per stat.
 	AttrTimeout time.Duration
 	Debug       bool // log every FUSE request
-	Log         *slog.Logger
+	// NoPassthrough turns FUSE passthrough off: every read and write of a
+	// delegated file then goes through the plugin (slower; for kernels or
+	// setups where passthrough misbehaves).
+	NoPassthrough bool
+	Log           *slog.Logger
 }
 
 // Mount serves st at mountpoint (created if missing) until Unmount.
@@ -57,7 +61,7 @@ func New(st *store.Store, mountpoint string, o Options) (*Mount, error) {
 	if err != nil {
 		return nil, err
 	}
-	fsys := &filesystem{store: st, log: o.Log}
+	fsys := &filesystem{store: st, log: o.Log, passthrough: !o.NoPassthrough}
 	root := &node{fs: fsys}
 	timeout := o.AttrTimeout
 	opts := &fs.Options{
@@ -149,8 +153,9 @@ func (m *Mount) Invalidate(rel string, content, entry bool) {
 
 // filesystem is what all nodes of one mount share.
 type filesystem struct {
-	store *store.Store
-	log   *slog.Logger
+	store       *store.Store
+	log         *slog.Logger
+	passthrough bool
 }
 
 // origin marks requests made by the syncer's own threads as host-origin

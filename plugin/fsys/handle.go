@@ -23,23 +23,53 @@ type handle struct {
 	// HANDLE_KILLPRIV_V2 (so the kernel does not ask for security.capability
 	// before every write, a round trip per write), which makes clearing
 	// them on the first write our job, as the kernel would.
-	killPriv atomic.Bool
-	wrote    atomic.Bool // BeginWrite done
+	killPriv    atomic.Bool
+	wrote       atomic.Bool // BeginWrite done
+	passthrough bool        // the kernel reads and writes the store file itself
+}
+
+// PassthroughFd hands the kernel the store file for FUSE passthrough, when
+// the handle qualifies (see newHandle).
+func (h *handle) PassthroughFd() (int, bool) {
+	if !h.passthrough {
+		return -1, false
+	}
+	return h.file.Fd(), true
 }
 
 // newHandle wraps an open store file. Opening for writing costs one fstat
 // and one fgetxattr on the store file, so that writes cost none.
-func (f *filesystem) newHandle(file *store.File, flags int) *handle {
+//
+// A delegated file is served by passthrough (unless the mount was made
+// without it): the kernel then does reads and writes on the store file
+// itself, at local-disk speed, and the plugin never sees them. So a handle
+// open for writing holds its path dirty in the journal from open to release
+// (BeginWrite now, not at the first write), and set-id bits are cleared at
+// open rather than at the first write.
+func (f *filesystem) newHandle(ctx context.Context, file *store.File, flags int) (*handle, error) {
 	h := &handle{file: file, fs: f}
-	if flags&unix.O_ACCMODE != unix.O_RDONLY {
+	write := flags&unix.O_ACCMODE != unix.O_RDONLY
+	if f.passthrough && file.Passthrough(ctx) {
+		h.passthrough = true
+		if write {
+			if err := file.BeginWrite(ctx); err != nil {
+				return nil, err
+			}
+			h.wrote.Store(true)
+		}
+	}
+	if write {
 		var st unix.Stat_t
 		if unix.Fstat(file.Fd(), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
 			setID := st.Mode&unix.S_ISUID != 0 || st.Mode&(unix.S_ISGID|unix.S_IXGRP) == unix.S_ISGID|unix.S_IXGRP
 			_, err := unix.Fgetxattr(file.Fd(), capabilityXattr, nil)
 			h.killPriv.Store(setID || err == nil)
 		}
+		if h.passthrough && h.killPriv.Load() {
+			h.removePrivs(ctx)
+		}
 	}
-	return h
+	return h, nil
 }
 
 // capabilityXattr holds file capabilities; a write removes it (as the
@@ -54,6 +84,7 @@ var (
 	_ = (fs.FileGetattrer)((*handle)(nil))
 	_ = (fs.FileAllocater)((*handle)(nil))
 	_ = (fs.FileLseeker)((*handle)(nil))
+	_ = (fs.FilePassthroughFder)((*handle)(nil))
 )
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {

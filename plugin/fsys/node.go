@@ -271,7 +271,12 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	ch = &node{fs: n.fs}
 	fillAttr(&out.Attr, &st)
 	inode := n.NewInode(ctx, ch, idFromStat(&st))
-	return inode, n.fs.newHandle(f, int(flags)), fuse.FOPEN_KEEP_CACHE, 0
+	h, err := n.fs.newHandle(n.fs.origin(ctx), f, int(flags))
+	if err != nil {
+		f.Release()
+		return nil, nil, 0, n.fs.errno(err, "create", rel)
+	}
+	return inode, h, fuse.FOPEN_KEEP_CACHE, 0
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -280,7 +285,12 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if err != nil {
 		return nil, 0, n.fs.errno(err, "open", rel)
 	}
-	return n.fs.newHandle(f, int(flags)), fuse.FOPEN_KEEP_CACHE, 0
+	h, err := n.fs.newHandle(n.fs.origin(ctx), f, int(flags))
+	if err != nil {
+		f.Release()
+		return nil, 0, n.fs.errno(err, "open", rel)
+	}
+	return h, fuse.FOPEN_KEEP_CACHE, 0
 }
 
 // Fsync without an open file (e.g. on a directory): rule D2 for entries.

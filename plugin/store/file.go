@@ -261,6 +261,13 @@ func (f *File) Release() error {
 	f.held = ""
 	f.mu.Unlock()
 	if held != "" {
+		// Renamed while open: the writes went to the file under its new name,
+		// which the hold did not follow.
+		if cur, ok := f.rel(); ok && cur != held {
+			if err := f.s.queue.MarkDirty(cur); err != nil {
+				f.s.log.Error("journal a file renamed while open", "path", cur, "err", err)
+			}
+		}
 		f.s.queue.Release(held)
 	}
 	if f.host != nil {
@@ -315,4 +322,16 @@ func (f *File) BeginWrite(ctx context.Context) error {
 	}
 	f.held = rel
 	return nil
+}
+
+// Passthrough reports whether the kernel may read and write this file's store
+// copy directly, without a request to the plugin per read or write (FUSE
+// passthrough). Only a delegated file journaled the ordinary way qualifies:
+// its writes need nothing from the plugin until writeback, and BeginWrite
+// (called at open for writing) keeps its path held dirty in the journal for
+// as long as it is open, since the plugin then sees none of its writes. A
+// cached file writes through to the host, so every write must reach the
+// plugin.
+func (f *File) Passthrough(ctx context.Context) bool {
+	return f.host == nil && f.s.routeFor(ctx) == routeJournal
 }

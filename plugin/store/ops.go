@@ -612,8 +612,8 @@ func (s *Store) hostStillHas(rel string) bool {
 // a tombstone until its removal reaches the host (rule D7: the writeback
 // compares against what the host had there, not against the moved file).
 func (s *Store) renameLocal(oldRel, newRel string, flags uint32) error {
-	srcBase, srcKnown := s.Base(oldRel)
-	dstBase, dstKnown := s.Base(newRel)
+	srcBase, srcKnown := s.hostBase(oldRel)
+	dstBase, dstKnown := s.hostBase(newRel)
 	if err := s.local.Rename(oldRel, newRel, uint(flags)); err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -16,7 +17,15 @@ import (
 // putter adapts Store to writeback.Putter.
 type putter struct{ s *Store }
 
-func (p putter) Put(ctx context.Context, rel string) error { return p.s.put(ctx, rel) }
+// Put writes one queued path back. It holds the path tree lock: shared on
+// every ancestor, exclusive on rel. The queue never runs two Puts of one path
+// at once, but a Put of a directory the container deleted (host RemoveAll)
+// must not run beside a Put beneath it: it would remove a child just written
+// and marked clean, and the host would lose it.
+func (p putter) Put(ctx context.Context, rel string) error {
+	defer p.s.treeLocks.lock(rel)()
+	return p.s.put(ctx, rel)
+}
 
 // put makes the host match the store at rel: its content and attributes, or
 // its absence. It is the only place delegated changes reach the host.
@@ -74,10 +83,10 @@ func (s *Store) put(ctx context.Context, rel string) error {
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR || isSpecial(st.Mode) {
 		s.putAttrs(rel, &st)
 	}
+	s.dropTomb(rel)
 	if hst, err := s.host.Lstat(rel); err == nil {
 		s.setBase(rel, &hst)
 	}
-	s.dropTomb(rel)
 	return nil
 }
 
@@ -122,6 +131,14 @@ func (s *Store) ensureHostParent(ctx context.Context, rel string) error {
 	}
 	return s.put(ctx, parent)
 }
+
+// tmpPrefix starts the names of the writeback's temporary files on the host
+// (written beside their target, then renamed over it).
+const tmpPrefix = ".bindstate-tmp-"
+
+// IsTemporary reports a name the writeback uses for a file it is writing on
+// the host: the host refresh must not bring such names into the store.
+func IsTemporary(name string) bool { return strings.HasPrefix(name, tmpPrefix) }
 
 // putAbsent removes rel from the host: the container deleted it.
 func (s *Store) putAbsent(rel string) error {
@@ -180,7 +197,14 @@ func (s *Store) putDir(ctx context.Context, rel string, st *unix.Stat_t, exists 
 		return err
 	}
 	for _, e := range entries {
-		if err := s.put(ctx, join(rel, e.Name)); err != nil {
+		child := join(rel, e.Name)
+		if s.IsDirty(child) {
+			// Queued on its own: the queue runs one Put of a path at a time,
+			// and a second Put of it from here would race with that one
+			// (and take our own write for a host change, rule D7).
+			continue
+		}
+		if err := s.put(ctx, child); err != nil {
 			return err
 		}
 	}
@@ -216,9 +240,9 @@ func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat
 			return err
 		}
 	}
-	tmp := path.Join(dirOf(rel), ".bindstate-tmp-"+path.Base(rel)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	tmp := path.Join(dirOf(rel), tmpPrefix+path.Base(rel)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
 	if len(path.Base(tmp)) > 255 {
-		tmp = path.Join(dirOf(rel), ".bindstate-tmp-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+		tmp = path.Join(dirOf(rel), tmpPrefix+strconv.FormatInt(time.Now().UnixNano(), 36))
 	}
 	dst, err := s.host.OpenFile(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, st.Mode&07777)
 	if err != nil {
@@ -258,7 +282,7 @@ func (s *Store) putSymlink(rel string, st *unix.Stat_t, exists bool, hst *unix.S
 			return nil
 		}
 	}
-	tmp := path.Join(dirOf(rel), ".bindstate-tmp-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+	tmp := path.Join(dirOf(rel), tmpPrefix+strconv.FormatInt(time.Now().UnixNano(), 36))
 	if err := s.host.Symlink(target, tmp); err != nil {
 		return err
 	}

@@ -77,7 +77,9 @@ type Store struct {
 	log     *slog.Logger
 	apply   sync.RWMutex
 	locks   keyedMutex // per-path: populate and fetch happen once
-	threads Threads    // OS threads whose requests are host-origin
+
+	treeLocks treeLock // writeback: a Put excludes Puts at or beneath its path
+	threads   Threads  // OS threads whose requests are host-origin
 
 	busyMu sync.Mutex
 	busy   map[string]int // paths open for writing through to the host (cached)
@@ -85,10 +87,11 @@ type Store struct {
 	conflicts atomic.Int64 // host copies kept aside (D7)
 
 	// tombs are the bases of host paths whose store entry was removed or
-	// renamed away and whose writeback has not happened yet (delegated): the
-	// writeback compares the host against them (rule D7). Kept in memory
-	// only: after a crash the comparison falls back to "unknown", which keeps
-	// the host's copy aside rather than lose it.
+	// renamed away and whose writeback has not happened yet (delegated), and
+	// of symlinks (which cannot carry the base xattr): the writeback compares
+	// the host against them (rule D7). Kept in memory only: after a restart
+	// the comparison falls back to "unknown", which keeps the host's copy
+	// aside rather than lose it.
 	tombMu  sync.Mutex
 	tombs   map[string]Base
 	fetched atomic.Int64 // files whose content came from the host
@@ -289,10 +292,14 @@ func (s *Store) Base(rel string) (Base, bool) {
 func (s *Store) setBase(rel string, st *unix.Stat_t) error {
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG, unix.S_IFDIR:
+	case unix.S_IFLNK:
+		// The kernel allows user.* xattrs only on files and directories: a
+		// symlink's base is kept in memory (see tombs).
+		s.setTomb(rel, baseOf(st))
+		return nil
 	default:
-		// The kernel allows user.* xattrs only on files and directories. A
-		// symlink is compared by target; FIFOs, sockets and devices belong to
-		// the host (rule D8), so the refresh mirrors them without a base.
+		// FIFOs, sockets and devices belong to the host (rule D8): the
+		// refresh mirrors them without a base.
 		return nil
 	}
 	return s.local.Setxattr(rel, xattrBase, baseOf(st).encode(), 0)
@@ -409,6 +416,13 @@ func (s *Store) dropTomb(rel string) {
 
 // pinBase sets rel's base to b, or removes it when there is none.
 func (s *Store) pinBase(rel string, b Base, known bool) {
+	s.dropTomb(rel)
+	if st, err := s.local.Lstat(rel); err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		if known {
+			s.setTomb(rel, b)
+		}
+		return
+	}
 	if known {
 		if err := s.local.Setxattr(rel, xattrBase, b.encode(), 0); err != nil {
 			s.log.Debug("pin base", "path", rel, "err", err)
@@ -417,5 +431,73 @@ func (s *Store) pinBase(rel string, b Base, known bool) {
 	}
 	if err := s.local.Removexattr(rel, xattrBase); err != nil && !errors.Is(err, unix.ENODATA) {
 		s.log.Debug("drop base", "path", rel, "err", err)
+	}
+}
+
+// treeLock orders writebacks on a path tree: lock(rel) holds every ancestor
+// of rel shared and rel itself exclusive, taken from the root down, so a Put
+// of a directory waits for the Puts beneath it and the other way round, while
+// Puts of unrelated paths (and siblings) run in parallel.
+type treeLock struct {
+	mu sync.Mutex
+	m  map[string]*treeEntry
+}
+
+type treeEntry struct {
+	rw   sync.RWMutex
+	refs int
+}
+
+func (t *treeLock) entry(p string) *treeEntry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = make(map[string]*treeEntry)
+	}
+	e := t.m[p]
+	if e == nil {
+		e = &treeEntry{}
+		t.m[p] = e
+	}
+	e.refs++
+	return e
+}
+
+func (t *treeLock) put(p string) {
+	t.mu.Lock()
+	if e := t.m[p]; e != nil {
+		if e.refs--; e.refs == 0 {
+			delete(t.m, p)
+		}
+	}
+	t.mu.Unlock()
+}
+
+// lock takes the locks for rel and returns their release.
+func (t *treeLock) lock(rel string) func() {
+	var ancestors []string
+	if rel != "" {
+		ancestors = append(ancestors, "")
+		for i := 0; i < len(rel); i++ {
+			if rel[i] == '/' {
+				ancestors = append(ancestors, rel[:i])
+			}
+		}
+	}
+	held := make([]*treeEntry, 0, len(ancestors)+1)
+	for _, a := range ancestors {
+		e := t.entry(a)
+		e.rw.RLock()
+		held = append(held, e)
+	}
+	self := t.entry(rel)
+	self.rw.Lock()
+	return func() {
+		self.rw.Unlock()
+		t.put(rel)
+		for i := len(held) - 1; i >= 0; i-- {
+			held[i].rw.RUnlock()
+			t.put(ancestors[i])
+		}
 	}
 }

@@ -58,6 +58,9 @@ func Plan(host []hostpath.Entry, local []Local, busy func(name string) bool) []A
 	var out []Action
 	seen := make(map[string]bool, len(host))
 	for _, h := range host {
+		if store.IsTemporary(h.Name) {
+			continue // the writeback's own file, renamed into place in a moment
+		}
 		seen[h.Name] = true
 		l := byName[h.Name]
 		if busy(h.Name) {

@@ -418,6 +418,11 @@ func (q *Queue) _await(f *flusher, it *item, now time.Time) {
 	if _, ok := f.open[it]; ok {
 		return
 	}
+	if it.holds > 0 {
+		// Open for writing through a handle whose writes the queue does not
+		// see (passthrough): only a Put that starts from now on covers them.
+		it.gen++
+	}
 	f.open[it] = struct{}{}
 	it.waits = append(it.waits, waiter{f: f, gen: it.gen})
 	if it.index < 0 && it.state == stDirty { // held: parked outside the heap
