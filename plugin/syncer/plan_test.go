@@ -3,6 +3,7 @@ package syncer
 import (
 	"reflect"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -89,5 +90,19 @@ func TestPlanIsSortedAndCarriesHostAttrs(t *testing.T) {
 	}
 	if got[0].Host.Size != 2 {
 		t.Fatalf("host attrs lost: %+v", got[0])
+	}
+}
+
+// The rescan of a large tree on a slow share backs off: the refresher never
+// scans more than a tenth of the time (no polling storm), and small trees are
+// rescanned at the configured interval (C5: host changes may arrive late, but
+// they do arrive).
+func TestC5_RescanIntervalBacksOffForSlowScans(t *testing.T) {
+	every := time.Second
+	if got := nextScan(every, 10*time.Millisecond); got != every {
+		t.Fatalf("fast scan: next in %v, want %v", got, every)
+	}
+	if got := nextScan(every, 2*time.Second); got != 18*time.Second {
+		t.Fatalf("2s scan: next in %v, want 18s", got)
 	}
 }

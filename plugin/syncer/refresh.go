@@ -39,7 +39,14 @@ func NewRefresher(st *store.Store, mnt *hostpath.Root, inval Invalidator, every 
 	return &Refresher{store: st, mnt: mnt, inval: inval, every: every, log: log}
 }
 
-// Run scans until ctx ends.
+// dutyCycle bounds the share of time the refresher spends scanning: after a
+// scan that took d, the next starts no sooner than (dutyCycle-1)*d later. A
+// large tree on a slow share is then rescanned less often, instead of keeping
+// the plugin and the share busy all the time (a polling storm).
+const dutyCycle = 10
+
+// Run scans until ctx ends, every interval, or less often for trees whose
+// scan is slow (see dutyCycle).
 func (r *Refresher) Run(ctx context.Context) {
 	t := time.NewTimer(r.every)
 	defer t.Stop()
@@ -49,13 +56,19 @@ func (r *Refresher) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		start := time.Now()
 		if n, err := r.Scan(ctx); err != nil && ctx.Err() == nil {
 			r.log.Warn("host refresh failed", "err", err)
 		} else if n > 0 {
 			r.log.Debug("host changes brought in", "changes", n)
 		}
-		t.Reset(r.every)
+		t.Reset(nextScan(r.every, time.Since(start)))
 	}
+}
+
+// nextScan is the wait before the next scan, after one that took took.
+func nextScan(every, took time.Duration) time.Duration {
+	return max(every, (dutyCycle-1)*took)
 }
 
 // Scan makes one pass over the populated directories and applies what
