@@ -5,6 +5,7 @@ package frontend
 // folder, as a user on the Mac side of a share would.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -443,5 +444,29 @@ func TestContainerSymlinksNeverFollowedOnHost(t *testing.T) {
 				t.Logf("readdir through link: %v", err)
 			}
 		})
+	}
+}
+
+// rule D2, through passthrough: a file created and kept open (a log, a
+// database) is written back on every fsync, not only on the first. Its writes
+// never reach the plugin (the kernel writes the store file itself), so the
+// path must stay held dirty from create to release.
+func TestD2_EveryFsyncOfAnOpenNewFileReachesHost(t *testing.T) {
+	r := newRig(t, consistency.Delegated, nil)
+	f, err := os.OpenFile(r.mntPath("app.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for i := 1; i <= 5; i++ {
+		if _, err := f.Write(bytes.Repeat([]byte{'a' + byte(i)}, 100)); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(readFile(t, r.hostPath("app.log"))); got != 100*i {
+			t.Fatalf("after fsync %d the host has %d bytes, want %d", i, got, 100*i)
+		}
 	}
 }

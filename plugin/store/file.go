@@ -23,6 +23,7 @@ type File struct {
 
 	unbusy func() // ends the host refresh's hands-off for a cached writer
 	held   string // delegated: the path Hold was taken on at the first write ("" if none)
+	name   string // the path it was opened or created under
 }
 
 // openFlags strips flags the store handles itself.
@@ -49,7 +50,7 @@ func (s *Store) Open(ctx context.Context, rel string, flags int, relNow func() (
 			return nil, err
 		}
 	}
-	f := &File{s: s, rel: relNow, write: write}
+	f := &File{s: s, rel: relNow, write: write, name: rel}
 	open := func() error {
 		lf, err := s.local.OpenFile(rel, openFlags(flags), 0)
 		if err != nil {
@@ -99,7 +100,7 @@ func (s *Store) Create(ctx context.Context, rel string, flags int, mode uint32, 
 		return s.Open(ctx, rel, flags&^unix.O_TRUNC, relNow)
 	}
 	defer s.lockShared(ctx)()
-	f := &File{s: s, rel: relNow, write: true}
+	f := &File{s: s, rel: relNow, write: true, name: rel}
 	excl := flags & unix.O_EXCL
 	err := s.do(r, []string{rel},
 		func() error {
@@ -310,7 +311,12 @@ func (f *File) BeginWrite(ctx context.Context) error {
 	}
 	rel, ok := f.rel()
 	if !ok {
-		return nil // unlinked while open: nothing to write back
+		// Not attached to the tree yet (BeginWrite at Create, before the
+		// kernel has the new entry) or unlinked while open: the name it was
+		// opened under is the one to keep journaled. Skipping the hold here
+		// would let passthrough writes go unjournaled after the first
+		// writeback.
+		rel = f.name
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
