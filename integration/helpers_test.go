@@ -213,3 +213,16 @@ func checkTree(t *testing.T, host string) {
 		t.Errorf("host emptydir: %v; want a directory", err)
 	}
 }
+
+// waitShareShows waits until path, seen through the share's mountpoint
+// (sshfs, with its attribute cache: what the plugin sees), has size want.
+func waitShareShows(t *testing.T, path string, want int64) time.Duration {
+	t.Helper()
+	return harness.Eventually(t, hostEditDeadline, fmt.Sprintf("the share shows %s with size %d", path, want), func() (bool, string) {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return false, err.Error()
+		}
+		return fi.Size() == want, fmt.Sprintf("size %d mtime %v", fi.Size(), fi.ModTime())
+	})
+}

@@ -300,6 +300,10 @@ func (s *Store) Link(ctx context.Context, oldRel, newRel string) error {
 		if err := s.Flush(ctx, oldRel); err != nil {
 			return err
 		}
+		// The new name's directory may exist only in the store so far.
+		if err := s.ensureHostParent(ctx, newRel); err != nil {
+			return err
+		}
 	}
 	defer s.lockShared(ctx)()
 	return s.do(routeThrough, []string{oldRel, newRel},
@@ -376,6 +380,10 @@ func (s *Store) Rename(ctx context.Context, oldRel, newRel string, flags uint32)
 	defer s.apply.Unlock()
 	if r == routeJournal {
 		if err := s.Flush(ctx, oldRel, newRel); err != nil {
+			return err
+		}
+		// The new name's directory may exist only in the store so far.
+		if err := s.ensureHostParent(ctx, newRel); err != nil {
 			return err
 		}
 	}

@@ -109,7 +109,7 @@ func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
 		}
 	}
 	aside := rel + ".bindstate-conflict-" + strconv.FormatInt(time.Now().UnixNano(), 10)
-	if err := s.host.Rename(rel, aside, unix.RENAME_NOREPLACE); err != nil {
+	if err := s.keepAside(rel, aside); err != nil {
 		return fmt.Errorf("writeback %q: keep host copy aside: %w", rel, err)
 	}
 	s.conflicts.Add(1)
@@ -157,7 +157,7 @@ func (s *Store) putAbsent(rel string) error {
 	case known && !b.Matches(&hst) && hst.Mode&unix.S_IFMT != unix.S_IFDIR:
 		// The host changed what the container deleted (rule D7): keep it.
 		aside := rel + ".bindstate-conflict-" + strconv.FormatInt(time.Now().UnixNano(), 10)
-		if err := s.host.Rename(rel, aside, unix.RENAME_NOREPLACE); err != nil {
+		if err := s.keepAside(rel, aside); err != nil {
 			return fmt.Errorf("writeback %q: keep host copy aside: %w", rel, err)
 		}
 		s.conflicts.Add(1)
@@ -252,7 +252,7 @@ func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat
 		s.host.Remove(tmp)
 		return err
 	}
-	s.putAttrs(tmp, st)
+	s.putAttrsFrom(tmp, rel, st)
 	if err := s.host.Rename(tmp, rel, 0); err != nil {
 		s.host.Remove(tmp)
 		return err
@@ -302,15 +302,19 @@ func (s *Store) putSymlink(rel string, st *unix.Stat_t, exists bool, hst *unix.S
 
 // putAttrs copies owner, mode, times and user xattrs to the host, best
 // effort for owner (shares often refuse chown).
-func (s *Store) putAttrs(rel string, st *unix.Stat_t) {
+func (s *Store) putAttrs(rel string, st *unix.Stat_t) { s.putAttrsFrom(rel, rel, st) }
+
+// putAttrsFrom is putAttrs onto host entry rel of the store entry from (the
+// two differ while a file is written to a temporary name beside its target).
+func (s *Store) putAttrsFrom(rel, from string, st *unix.Stat_t) {
 	s.hostChown(rel, Owner{int(st.Uid), int(st.Gid)})
 	if err := s.host.Chmod(rel, st.Mode&07777); err != nil {
 		s.log.Debug("writeback chmod", "path", rel, "err", err)
 	}
-	if names, err := s.Listxattr(rel); err == nil {
+	if names, err := s.Listxattr(from); err == nil {
 		buf := make([]byte, 64*1024)
 		for _, name := range splitNames(names) {
-			if n, err := s.local.Getxattr(rel, name, buf); err == nil {
+			if n, err := s.local.Getxattr(from, name, buf); err == nil {
 				if err := s.host.Setxattr(rel, name, buf[:n], 0); err != nil {
 					s.log.Debug("writeback xattr", "path", rel, "name", name, "err", err)
 				}
@@ -321,4 +325,19 @@ func (s *Store) putAttrs(rel string, st *unix.Stat_t) {
 	if err := s.host.Utimes(rel, &atime, &mtime); err != nil {
 		s.log.Debug("writeback utimes", "path", rel, "err", err)
 	}
+}
+
+// keepAside renames the host's copy of rel to aside without replacing
+// anything there. Shares such as sshfs refuse renameat2 flags (EINVAL): then
+// the name is checked free and a plain rename is made (aside carries a
+// nanosecond timestamp, so a clash in between is all but impossible).
+func (s *Store) keepAside(rel, aside string) error {
+	err := s.host.Rename(rel, aside, unix.RENAME_NOREPLACE)
+	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EOPNOTSUPP) {
+		return err
+	}
+	if _, lerr := s.host.Lstat(aside); !errors.Is(lerr, unix.ENOENT) {
+		return err
+	}
+	return s.host.Rename(rel, aside, 0)
 }

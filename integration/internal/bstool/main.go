@@ -11,6 +11,13 @@
 //	bstool syncfs PATH    syncfs on the file system holding PATH
 //	bstool mkfifo PATH    mkfifo, printing the errno name on failure
 //	bstool mksock PATH    bind a unix socket at PATH (and leave it)
+//	bstool msync FILE TEXT  make FILE hold TEXT through a shared mmap, then
+//	                      msync(MS_SYNC) it (rule D2)
+//	bstool setxattr PATH NAME VALUE  set an extended attribute
+//	bstool acklog DIR N SYNCEVERY  append N records round-robin to DIR/f0..f7,
+//	                      printing "w I" once write I returned and "s I" once
+//	                      the fsync after record I returned (every SYNCEVERY
+//	                      records; 0: never): what the container saw succeed
 //
 // It is built with CGO_ENABLED=0 by the integration tests.
 package main
@@ -26,13 +33,31 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: bstool watch|fsync|fdatasync|syncfs|mkfifo|mksock PATH")
+	if len(os.Args) < 3 {
+		fmt.Fprintln(os.Stderr, "usage: bstool watch|fsync|fdatasync|syncfs|mkfifo|mksock PATH | msync FILE TEXT | acklog DIR N SYNCEVERY")
 		os.Exit(2)
 	}
 	arg := os.Args[2]
 	var err error
 	switch os.Args[1] {
+	case "msync":
+		if len(os.Args) != 4 {
+			err = fmt.Errorf("usage: bstool msync FILE TEXT")
+		} else {
+			err = msync(arg, os.Args[3])
+		}
+	case "setxattr":
+		if len(os.Args) != 5 {
+			err = fmt.Errorf("usage: bstool setxattr PATH NAME VALUE")
+		} else {
+			err = syscall.Setxattr(arg, os.Args[3], []byte(os.Args[4]), 0)
+		}
+	case "acklog":
+		if len(os.Args) != 5 {
+			err = fmt.Errorf("usage: bstool acklog DIR N SYNCEVERY")
+		} else {
+			err = acklog(arg, os.Args[3], os.Args[4])
+		}
 	case "watch":
 		err = watch(arg)
 	case "fsync", "fdatasync", "syncfs":
@@ -138,4 +163,65 @@ func watch(dir string) error {
 		}
 		out.Flush()
 	}
+}
+
+func msync(path, text string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Truncate(int64(len(text))); err != nil {
+		return err
+	}
+	m, err := syscall.Mmap(int(f.Fd()), 0, len(text), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return err
+	}
+	copy(m, text)
+	if _, _, e := syscall.Syscall(syscall.SYS_MSYNC, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), syscall.MS_SYNC); e != 0 {
+		syscall.Munmap(m)
+		return e
+	}
+	return syscall.Munmap(m)
+}
+
+// Record is the line acklog writes as record i: fixed size, so that a
+// test can find each one on the host.
+func record(i int) string {
+	head := fmt.Sprintf("rec %07d ", i)
+	return head + strings.Repeat(string(rune('a'+i%26)), 1023-len(head)) + "\n"
+}
+
+func acklog(dir, ns, everys string) error {
+	var n, every int
+	if _, err := fmt.Sscan(ns, &n); err != nil {
+		return err
+	}
+	if _, err := fmt.Sscan(everys, &every); err != nil {
+		return err
+	}
+	var files [8]*os.File
+	for k := range files {
+		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("f%d", k)), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		files[k] = f
+	}
+	for i := 0; i < n; i++ {
+		f := files[i%len(files)]
+		if _, err := f.WriteString(record(i)); err != nil {
+			return fmt.Errorf("write %d: %w", i, err)
+		}
+		os.Stdout.WriteString(fmt.Sprintf("w %d\n", i))
+		if every > 0 && (i+1)%every == 0 {
+			if err := f.Sync(); err != nil {
+				return fmt.Errorf("fsync %d: %w", i, err)
+			}
+			os.Stdout.WriteString(fmt.Sprintf("s %d\n", i))
+		}
+	}
+	os.Stdout.WriteString("done\n")
+	return nil
 }

@@ -1,0 +1,129 @@
+package frontend
+
+// Issue 5 fault: the local store's disk fills up. The front is opened
+// directly (as rig does) with its state dir on a small tmpfs.
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/consistency"
+	"github.com/bindstate/bindstate/plugin/driver"
+	"github.com/bindstate/bindstate/plugin/hostpath"
+)
+
+func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
+
+// rule D4 with a full store: container writes fail with ENOSPC (not EIO,
+// not silently), what was written before is kept and written back, the
+// journal stays usable (more writes after space is freed, a reopen of the
+// store as after a plugin restart), nothing is lost.
+func TestD4_Fault_StoreDiskFull(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			requireFUSE(t)
+			base := t.TempDir()
+			host := filepath.Join(base, "host")
+			state := filepath.Join(base, "state")
+			for _, d := range []string{host, state} {
+				if err := os.Mkdir(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := unix.Mount("tmpfs", state, "tmpfs", 0, "size=6m"); err != nil {
+				t.Skipf("tmpfs: %v", err)
+			}
+			t.Cleanup(func() { unix.Unmount(state, unix.MNT_DETACH) })
+			o := New(Config{StateDir: state, MountRoot: filepath.Join(base, "mnt"),
+				Policy: hostpath.Policy{AllowedRoots: []string{base}}, Log: testLogger(t)})
+			spec := driver.FrontSpec{Key: "full-" + st.String(), Source: host, State: st, Opts: map[string]string{"rescan": "1h"}}
+			f, err := o.Open(context.Background(), spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			closed := false
+			t.Cleanup(func() {
+				if !closed {
+					f.Close(context.Background())
+				}
+			})
+			mnt := f.Mountpoint()
+			before := strings.Repeat("b", 100<<10)
+			writeFile(t, filepath.Join(mnt, "before"), before)
+
+			// fill the store
+			big, err := os.Create(filepath.Join(mnt, "big"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			chunk := make([]byte, 256<<10)
+			var werr error
+			written := 0
+			for i := 0; i < 64 && werr == nil; i++ {
+				var n int
+				n, werr = big.Write(chunk)
+				written += n
+			}
+			if werr == nil {
+				werr = big.Sync()
+			}
+			cerr := big.Close()
+			if werr == nil {
+				werr = cerr
+			}
+			if !errors.Is(werr, unix.ENOSPC) {
+				t.Fatalf("writing 16 MiB into a 6 MiB store: %v after %d bytes; want ENOSPC", werr, written)
+			}
+			t.Logf("store full after %d bytes: %v", written, werr)
+			if got := readFile(t, filepath.Join(mnt, "before")); got != before {
+				t.Fatalf("earlier file changed in the mount (%d bytes)", len(got))
+			}
+			// free the space, write on
+			if err := os.Remove(filepath.Join(mnt, "big")); err != nil {
+				t.Fatalf("remove the big file: %v", err)
+			}
+			writeFile(t, filepath.Join(mnt, "after"), "after")
+			ctx, cancel := contextWithTimeout(30 * time.Second)
+			defer cancel()
+			if err := f.Flush(ctx); err != nil {
+				t.Fatalf("flush after the store was full: %v", err)
+			}
+			if got := readFile(t, filepath.Join(host, "before")); got != before {
+				t.Errorf("host before: %d bytes, want %d", len(got), len(before))
+			}
+			if got := readFile(t, filepath.Join(host, "after")); got != "after" {
+				t.Errorf("host after: %q", got)
+			}
+			if _, err := os.Lstat(filepath.Join(host, "big")); !os.IsNotExist(err) {
+				t.Errorf("host big (removed in the container): %v; want gone", err)
+			}
+			// reopen, as after a restart: the journal must still load
+			if err := f.Close(ctx); err != nil {
+				t.Fatalf("close: %v", err)
+			}
+			closed = true
+			o2 := New(o.cfg)
+			f2, err := o2.Open(ctx, spec)
+			if err != nil {
+				t.Fatalf("reopen after the store was full: %v", err)
+			}
+			defer f2.Close(context.Background())
+			if got := readFile(t, filepath.Join(f2.Mountpoint(), "after")); got != "after" {
+				t.Errorf("after reopen the mount reads %q", got)
+			}
+			if s := f2.Status(); s.Dirty != 0 || s.Failed != 0 {
+				t.Errorf("status after reopen: %+v", s)
+			}
+			_ = consistency.Cached
+		})
+	}
+}
