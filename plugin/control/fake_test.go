@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bindstate/bindstate/plugin/consistency"
 	"github.com/bindstate/bindstate/plugin/driver"
 	"github.com/bindstate/bindstate/plugin/hostpath"
 )
@@ -73,6 +74,8 @@ func (f *fakeFront) Status() driver.FrontStatus {
 }
 
 func (f *fakeFront) Close(ctx context.Context) error { return nil }
+
+func (f *fakeFront) SetFloor(ctx context.Context, floor consistency.State) error { return nil }
 
 // rig is a driver with a fake opener served on a real control socket.
 type rig struct {

@@ -12,6 +12,10 @@
 // that orders Open and Close of its Front; a delegated Unmount's Flush runs
 // under neither, kept safe by its mount ID, which stays active (and the
 // Front open) until the flush is over.
+//
+// Where the sources of open fronts overlap, the overlap follows the stronger
+// state (rules C4, D5): after every Mount and Unmount each open front is told
+// its floor (overlap.go). Driver.floorMu comes before keyState.mu.
 package driver
 
 import (
@@ -75,6 +79,8 @@ type Driver struct {
 	keys     map[string]*keyState
 	shutdown bool
 
+	floorMu sync.Mutex // serializes applyFloors (overlap.go); before keyState.mu
+
 	counters counters // for metrics; own locking
 }
 
@@ -89,7 +95,7 @@ type volume struct {
 	// container's ID for `docker cp` while the container runs (Mount, then
 	// Unmount of the same ID): a set would end the container's mount there.
 	ids     map[string]int
-	pending int                 // Mounts in progress (Remove waits for none)
+	pending int // Mounts in progress (Remove waits for none)
 }
 
 // keyState is the front of one key and what uses it.
@@ -102,6 +108,10 @@ type keyState struct {
 	// front is written holding both mu and Driver.mu, read holding either.
 	front Front
 	users int // active mount IDs of all volumes with this key, plus Flushes running (status.go); Driver.mu
+	// floor is the overlap floor last pushed to floorFront (rules C4, D5);
+	// a front never told one serves its own state. Driver.floorMu.
+	floor      consistency.State
+	floorFront Front
 }
 
 // New loads the volumes kept in cfg.StateDir, opens the front of every key
@@ -175,6 +185,9 @@ func (d *Driver) restart() {
 			log.Error("resume writeback", "err", err)
 		}
 		cancel()
+	}
+	if err := d.applyFloors(context.Background()); err != nil {
+		d.log.Error("overlap floors after restart", "err", err)
 	}
 }
 
@@ -297,7 +310,20 @@ var errShutdown = errorf(KindSystem, "the bindstate plugin is shutting down")
 // Mount makes volume name available for mount id and returns its
 // mountpoint. The first mount of a key opens its front; later ones share it.
 // Mounting an ID that is already active returns the same mountpoint.
+//
+// Before the mountpoint is returned, every open front is told its overlap
+// floor (rules C4, D5), so a container never uses the new mount while an
+// overlapping weaker one still follows its weaker rule. A front that cannot
+// take its floor is logged (applyFloors); the mount itself stands.
 func (d *Driver) Mount(ctx context.Context, name, id string) (string, error) {
+	mp, err := d.mount(ctx, name, id)
+	if err == nil {
+		d.applyFloors(ctx)
+	}
+	return mp, err
+}
+
+func (d *Driver) mount(ctx context.Context, name, id string) (string, error) {
 	d.mu.Lock()
 	if d.shutdown {
 		d.mu.Unlock()
@@ -371,8 +397,15 @@ func (d *Driver) Mount(ctx context.Context, name, id string) (string, error) {
 // UnmountFlushTimeout) until every change is on the host (rule D4); if that
 // fails, the mount still ends (the changes stay journaled and keep being
 // retried) and the error names the volume and the paths. The front of a key
-// is closed when its last mount ID ends.
+// is closed when its last mount ID ends; the fronts it overlapped are then
+// relaxed to their own rule (rules C4, D5; see applyFloors).
 func (d *Driver) Unmount(ctx context.Context, name, id string) error {
+	err := d.unmount(ctx, name, id)
+	d.applyFloors(ctx)
+	return err
+}
+
+func (d *Driver) unmount(ctx context.Context, name, id string) error {
 	d.mu.Lock()
 	v := d.vols[name]
 	if v == nil {

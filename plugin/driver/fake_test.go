@@ -9,18 +9,23 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bindstate/bindstate/plugin/consistency"
 )
 
 // fakeOpener records what the Driver asks of it, in one event log shared
-// with its fronts ("open KEY", "flush KEY", "close KEY", "resume KEY").
+// with its fronts ("open KEY", "flush KEY", "close KEY", "resume KEY",
+// "floor KEY STATE").
 type fakeOpener struct {
 	mu      sync.Mutex
 	events  []string
 	fronts  map[string]*fakeFront // latest front per key
 	openErr error                 // returned by Open if set
 	// flush, if set, is what every front's Flush does.
-	flush  func(ctx context.Context, key string) error
-	status FrontStatus
+	flush func(ctx context.Context, key string) error
+	// setFloor, if set, is what every front's SetFloor returns.
+	setFloor func(key string, floor consistency.State) error
+	status   FrontStatus
 }
 
 func newFakeOpener() *fakeOpener { return &fakeOpener{fronts: make(map[string]*fakeFront)} }
@@ -103,6 +108,21 @@ func (f *fakeFront) Flush(ctx context.Context) error {
 	f.o.record("flush " + f.spec.Key)
 	if hook != nil {
 		return hook(ctx, f.spec.Key)
+	}
+	return nil
+}
+
+func (f *fakeFront) SetFloor(ctx context.Context, floor consistency.State) error {
+	f.o.mu.Lock()
+	closed := f.closed
+	hook := f.o.setFloor
+	f.o.mu.Unlock()
+	if closed {
+		panic("SetFloor of closed front " + f.spec.Key)
+	}
+	f.o.record("floor " + f.spec.Key + " " + floor.String())
+	if hook != nil {
+		return hook(f.spec.Key, floor)
 	}
 	return nil
 }

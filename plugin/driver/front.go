@@ -19,6 +19,16 @@ type Front interface {
 	// (delegated), or at once (other states). On failure it returns an error
 	// naming each path that could not be written; those stay journaled.
 	Flush(ctx context.Context) error
+	// SetFloor tells the front the strongest state among the other open
+	// fronts whose source overlaps its own (rules C4, D5: the overlap
+	// follows the stronger rule); floor is its own state once no stronger
+	// front overlaps it. A front whose state is at least as strong as floor
+	// serves its own rule. A delegated front with a floor of cached or
+	// stronger writes every container change through to the host until the
+	// floor drops again; it first writes back everything it holds, and if
+	// that fails it keeps its rule and returns the error (naming the paths).
+	// Called without driver locks held; it may block on writeback.
+	SetFloor(ctx context.Context, floor consistency.State) error
 	// Status is a snapshot for `docker volume inspect` and the status command.
 	Status() FrontStatus
 	// Close unmounts. The caller flushes first; Close never discards data:

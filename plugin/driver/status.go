@@ -177,10 +177,10 @@ func (d *Driver) Flush(ctx context.Context, name string) error {
 }
 
 // releaseFront ends a use of ks's front taken by Flush, closing the front
-// if no mount ID uses it any more.
+// if no mount ID uses it any more (and then relaxing the fronts it
+// overlapped, see applyFloors).
 func (d *Driver) releaseFront(ctx context.Context, ks *keyState, log *slog.Logger) {
 	ks.mu.Lock()
-	defer ks.mu.Unlock()
 	d.mu.Lock()
 	ks.users--
 	var toClose Front
@@ -190,6 +190,10 @@ func (d *Driver) releaseFront(ctx context.Context, ks *keyState, log *slog.Logge
 	d.mu.Unlock()
 	if toClose != nil {
 		d.closeFront(ctx, toClose, log)
+	}
+	ks.mu.Unlock()
+	if toClose != nil {
+		d.applyFloors(ctx)
 	}
 }
 

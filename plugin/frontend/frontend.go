@@ -164,16 +164,11 @@ func (o *Opener) mount(spec driver.FrontSpec, ost *openStore, log *slog.Logger) 
 		m.Unmount()
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := syncer.NewRefresher(ost.st, mnt, m, rescanEvery(spec), log)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		r.Run(ctx)
-	}()
+	f := &storeFront{o: o, key: spec.Key, source: spec.Source, ost: ost, mount: m, mnt: mnt,
+		rescan: rescanEvery(spec), log: log}
+	f.startRefresh(f.rescan)
 	log.Info("serving from the local store", "mountpoint", mp)
-	return &storeFront{o: o, key: spec.Key, source: spec.Source, ost: ost, mount: m, mnt: mnt,
-		stopRefresh: func() { cancel(); <-done }, log: log}, nil
+	return f, nil
 }
 
 // release drops a store after its mount is gone: closed at once if nothing
@@ -257,14 +252,73 @@ type storeFront struct {
 	ost         *openStore
 	mount       *fsys.Mount
 	mnt         *hostpath.Root
-	stopRefresh func()
+	rescan      time.Duration // the volume's rescan interval
 	log         *slog.Logger
 	closeOnce   sync.Once
+
+	refreshMu   sync.Mutex
+	stopRefresh func()        // nil once closed
+	every       time.Duration // the refresher's current interval
 }
 
 func (f *storeFront) Mountpoint() string { return f.mount.Mountpoint() }
 
 func (f *storeFront) Flush(ctx context.Context) error { return f.ost.st.Flush(ctx) }
+
+// startRefresh runs the host refresh every interval. refreshMu held, or
+// the front not shared yet.
+func (f *storeFront) startRefresh(every time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := syncer.NewRefresher(f.ost.st, f.mnt, f.mount, every, f.log)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.Run(ctx)
+	}()
+	f.stopRefresh = func() { cancel(); <-done }
+	f.every = every
+}
+
+// setRescan restarts the host refresh with a new interval (SetFloor).
+func (f *storeFront) setRescan(every time.Duration) {
+	f.refreshMu.Lock()
+	defer f.refreshMu.Unlock()
+	if f.stopRefresh == nil || f.every == every {
+		return
+	}
+	f.stopRefresh()
+	f.startRefresh(every)
+}
+
+// OverlapRescan is how often a store front looks for host edits while a
+// consistent mount overlaps it (rules C4, D5): consistent's "immediately",
+// approximated (see docs/states.md, "Overlapping mounts").
+const OverlapRescan = 100 * time.Millisecond
+
+// atLeast reports whether s is at least as strong as t.
+func atLeast(s, t consistency.State) bool { return consistency.Stronger(s, t) == s }
+
+// SetFloor implements driver.Front (rules C4, D5). A delegated store with a
+// floor of cached or stronger writes through (store.SetWriteThrough); with
+// a floor of consistent, a cached or delegated store rescans the host at
+// least every OverlapRescan. A floor no stronger than the front's own state
+// restores its own rule.
+func (f *storeFront) SetFloor(ctx context.Context, floor consistency.State) error {
+	st := f.ost.st
+	own := st.State()
+	through := own.WritesBack() && atLeast(floor, consistency.Cached)
+	if err := st.SetWriteThrough(ctx, through); err != nil {
+		f.log.Error("cannot write through for an overlapping stronger mount: writing back what the container changed failed; the volume stays delegated meanwhile",
+			"floor", floor.String(), "err", err)
+		return fmt.Errorf("%s: write through for an overlapping %s mount: %w", f.source, floor, err)
+	}
+	every := f.rescan
+	if !atLeast(own, consistency.Consistent) && atLeast(floor, consistency.Consistent) {
+		every = min(every, OverlapRescan)
+	}
+	f.setRescan(every)
+	return nil
+}
 
 func (f *storeFront) Status() driver.FrontStatus {
 	s := f.ost.st.Stats()
@@ -283,7 +337,13 @@ func (f *storeFront) Status() driver.FrontStatus {
 func (f *storeFront) Close(ctx context.Context) error {
 	var err error
 	f.closeOnce.Do(func() {
+		f.refreshMu.Lock()
 		f.stopRefresh()
+		f.stopRefresh = nil
+		f.refreshMu.Unlock()
+		// The store may outlive the mount (draining) and serve the next one,
+		// whose floor starts from its own state.
+		f.ost.st.SetWriteThrough(ctx, false)
 		f.mnt.Close()
 		err = f.mount.Unmount()
 		if rerr := os.Remove(f.Mountpoint()); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
@@ -303,3 +363,6 @@ func (b *bindFront) Status() driver.FrontStatus {
 	return driver.FrontStatus{State: consistency.Consistent.String(), Source: b.source, Mountpoint: b.mp}
 }
 func (b *bindFront) Close(ctx context.Context) error { return bindmount.Unmount(b.mp) }
+
+// SetFloor implements driver.Front: consistent is the strongest rule already.
+func (b *bindFront) SetFloor(ctx context.Context, floor consistency.State) error { return nil }
