@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,15 +39,32 @@ type rig struct {
 	spec  driver.FrontSpec
 }
 
-type testWriter struct{ t testing.TB }
+// testWriter sends log lines to the test's log until the test ends: a store
+// still writing back in the background after its front closed (D4) may log
+// later, and t.Log after the end of a test panics.
+type testWriter struct {
+	t    testing.TB
+	mu   *sync.Mutex
+	done *bool
+}
 
 func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !*w.done {
+		w.t.Log(strings.TrimSpace(string(p)))
+	}
 	return len(p), nil
 }
 
 func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	w := testWriter{t: t, mu: new(sync.Mutex), done: new(bool)}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		*w.done = true
+		w.mu.Unlock()
+	})
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
 // newRig serves a fresh host folder in state st. setup, if given, fills the

@@ -44,15 +44,29 @@ func (s *Store) EnsurePopulated(dir string) error {
 	case err != nil:
 		return fmt.Errorf("populate %q: %w", dir, err)
 	}
+	// Names of one host file (hard links) become names of one store file,
+	// so that a write through one is seen through the others, as on the
+	// host. Links across directories are not looked for.
+	linked := make(map[uint64]string)
 	for i := range entries {
 		child := join(dir, entries[i].Name)
+		st := &entries[i].Stat
 		if _, err := s.local.Lstat(child); err == nil {
 			continue
 		}
 		if s.IsDirty(child) {
 			continue // deleted by the container, not yet on the host: don't resurrect
 		}
-		if err := s.adopt(child, &entries[i].Stat); err != nil {
+		if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1 {
+			if first, ok := linked[st.Ino]; ok {
+				if err := s.local.Link(first, child); err == nil {
+					continue
+				}
+			} else {
+				linked[st.Ino] = child
+			}
+		}
+		if err := s.adopt(child, st); err != nil {
 			if errors.Is(err, unix.EEXIST) {
 				continue
 			}

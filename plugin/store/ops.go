@@ -126,6 +126,12 @@ func (s *Store) do(r route, rels []string, onHost, local func() error) error {
 			return err
 		}
 		for _, rel := range rels {
+			if s.openForWriteThrough(rel) {
+				// Rebased when its last writer closes it (File.Release);
+				// meanwhile the host refresh leaves it alone. A host stat
+				// per write would cost a share round trip per write.
+				continue
+			}
 			s.rebase(rel)
 		}
 		return nil

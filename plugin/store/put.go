@@ -55,6 +55,15 @@ func (s *Store) put(ctx context.Context, rel string) error {
 	if herr != nil && !errors.Is(herr, unix.ENOENT) {
 		return fmt.Errorf("writeback %q: %w", rel, herr)
 	}
+	if exists && hst.Mode&unix.S_IFMT == unix.S_IFREG && hst.Nlink > 1 {
+		// Another name of this host file may be written back right now
+		// (in place, see putFile): one at a time, and look again.
+		s.linksMu.Lock()
+		defer s.linksMu.Unlock()
+		if hst, herr = s.host.Lstat(rel); herr != nil {
+			return fmt.Errorf("writeback %q: %w", rel, herr)
+		}
+	}
 	if exists && rel != "" {
 		if err := s.checkConflict(rel, &st, &hst); err != nil {
 			return err
@@ -114,7 +123,7 @@ func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
 	}
 	s.conflicts.Add(1)
 	s.log.Warn("host and container both changed a path; container's version written, host's kept aside",
-		"path", rel, "host_copy", aside)
+		"path", rel, "host_copy", aside, "base_known", known, "base", string(b.encode()), "host_now", string(baseOf(hst).encode()))
 	return nil
 }
 
@@ -233,6 +242,7 @@ func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat
 			return err
 		}
 		s.putAttrs(rel, st)
+		s.rebaseLinks(rel, hst.Ino)
 		return nil
 	}
 	if exists && hst.Mode&unix.S_IFMT == unix.S_IFDIR {
@@ -340,4 +350,27 @@ func (s *Store) keepAside(rel, aside string) error {
 		return err
 	}
 	return s.host.Rename(rel, aside, 0)
+}
+
+// rebaseLinks records the host's new attributes as the base of the other
+// names of host inode ino in rel's directory: rewriting a hard-linked file in
+// place changed them too, and without this the container's next write to one
+// of them would look like a host edit (a false conflict, rule D7). Links in
+// other directories are not looked for.
+func (s *Store) rebaseLinks(rel string, ino uint64) {
+	dir := dirOf(rel)
+	entries, err := s.host.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for i := range entries {
+		e := &entries[i]
+		other := join(dir, e.Name)
+		if other == rel || e.Stat.Ino != ino {
+			continue
+		}
+		if _, err := s.local.Lstat(other); err == nil {
+			s.setBase(other, &e.Stat)
+		}
+	}
 }

@@ -78,8 +78,9 @@ type Store struct {
 	apply   sync.RWMutex
 	locks   keyedMutex // per-path: populate and fetch happen once
 
-	treeLocks treeLock // writeback: a Put excludes Puts at or beneath its path
-	threads   Threads  // OS threads whose requests are host-origin
+	treeLocks treeLock   // writeback: a Put excludes Puts at or beneath its path
+	linksMu   sync.Mutex // writeback of host files with several names, one at a time
+	threads   Threads    // OS threads whose requests are host-origin
 
 	busyMu sync.Mutex
 	busy   map[string]int // paths open for writing through to the host (cached)
@@ -500,4 +501,12 @@ func (t *treeLock) lock(rel string) func() {
 			t.put(ancestors[i])
 		}
 	}
+}
+
+// openForWriteThrough reports whether a cached file is open for writing
+// (its base is refreshed at close).
+func (s *Store) openForWriteThrough(rel string) bool {
+	s.busyMu.Lock()
+	defer s.busyMu.Unlock()
+	return s.busy[rel] > 0
 }
