@@ -26,6 +26,7 @@ type handle struct {
 	killPriv    atomic.Bool
 	wrote       atomic.Bool // BeginWrite done
 	passthrough bool        // the kernel reads and writes the store file itself
+	node        *node       // whose cachedOpens counts this handle if not passthrough
 }
 
 // PassthroughFd hands the kernel the store file for FUSE passthrough, when
@@ -46,10 +47,14 @@ func (h *handle) PassthroughFd() (int, bool) {
 // open for writing holds its path dirty in the journal from open to release
 // (BeginWrite now, not at the first write), and set-id bits are cleared at
 // open rather than at the first write.
-func (f *filesystem) newHandle(ctx context.Context, file *store.File, flags int) (*handle, error) {
-	h := &handle{file: file, fs: f}
+func (f *filesystem) newHandle(ctx context.Context, n *node, file *store.File, flags int) (*handle, error) {
+	h := &handle{file: file, fs: f, node: n}
 	write := flags&unix.O_ACCMODE != unix.O_RDONLY
-	if f.passthrough && file.Passthrough(ctx) {
+	// Not for O_RDWR: a writable shared mapping needs it, and a passthrough
+	// mapping is of the store file itself, so msync(MS_SYNC) would never
+	// reach the plugin (rule D2). Read-only and write-only opens (readers,
+	// compilers, logs, dd) are the ones passthrough speeds up.
+	if f.passthrough && flags&unix.O_ACCMODE != unix.O_RDWR && n.cachedOpens.Load() == 0 && file.Passthrough(ctx) {
 		h.passthrough = true
 		if write {
 			if err := file.BeginWrite(ctx); err != nil {
@@ -57,6 +62,9 @@ func (f *filesystem) newHandle(ctx context.Context, file *store.File, flags int)
 			}
 			h.wrote.Store(true)
 		}
+	}
+	if !h.passthrough {
+		n.cachedOpens.Add(1)
 	}
 	if write {
 		var st unix.Stat_t
@@ -123,6 +131,9 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
+	if !h.passthrough {
+		h.node.cachedOpens.Add(-1)
+	}
 	return h.fs.errno(h.file.Release(), "release", h.file.Rel())
 }
 

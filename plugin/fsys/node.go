@@ -2,6 +2,7 @@ package fsys
 
 import (
 	"context"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -16,6 +17,11 @@ import (
 type node struct {
 	fs.Inode
 	fs *filesystem
+
+	// cachedOpens counts this file's open handles that are not served by
+	// passthrough. The kernel refuses to mix the two on one inode, so no
+	// handle asks for passthrough while this is above zero (see newHandle).
+	cachedOpens atomic.Int32
 }
 
 var (
@@ -271,7 +277,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	ch = &node{fs: n.fs}
 	fillAttr(&out.Attr, &st)
 	inode := n.NewInode(ctx, ch, idFromStat(&st))
-	h, err := n.fs.newHandle(n.fs.origin(ctx), f, int(flags))
+	h, err := n.fs.newHandle(n.fs.origin(ctx), ch, f, int(flags))
 	if err != nil {
 		f.Release()
 		return nil, nil, 0, n.fs.errno(err, "create", rel)
@@ -285,7 +291,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if err != nil {
 		return nil, 0, n.fs.errno(err, "open", rel)
 	}
-	h, err := n.fs.newHandle(n.fs.origin(ctx), f, int(flags))
+	h, err := n.fs.newHandle(n.fs.origin(ctx), n, f, int(flags))
 	if err != nil {
 		f.Release()
 		return nil, 0, n.fs.errno(err, "open", rel)
