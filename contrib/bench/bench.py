@@ -1,0 +1,1217 @@
+#!/usr/bin/env python3
+"""bindstate benchmark, as ../shared/BENCH.md specifies.
+
+One run measures every configuration side by side against the same slow share
+(a local ext4 directory H served by a private sshd on 127.0.0.1 and mounted
+back with sshfs by contrib/share.sh):
+
+  native      the workload runs on H directly (ext4): the reference
+  consistent  a consistent bindstate volume of the share (a plain bind)
+  cached      a cached volume (FUSE over a local store, writes through)
+  delegated   a delegated volume (FUSE over a local store, writes journaled)
+  rclone      `rclone mount --vfs-cache-mode full` over sftp to the same sshd
+  unison      `unison` syncing H into a local directory (docker-sync's engine)
+  mutagen     Mutagen v0.18.1 syncing H over ssh into a local directory
+
+The plugin runs as a plain process on a private socket and state dir under
+WORK, driven with Docker's volume plugin protocol (VolumeDriver.Create,
+Mount, Unmount, Remove) over its unix socket; the workloads run on the host
+against the returned mountpoint, so Docker's own overhead is not measured.
+
+Workloads (each a row of the table; every figure is a ratio to native taken
+in the same run, median of the repetitions, min and max shown):
+
+  W1 cold/hot  `go list ./...` in a copy of GOROOT (GOROOT=the copy): stat,
+               open and read of many small files. Cold: fresh share mount,
+               fresh volume and store, caches dropped. Hot: run again.
+  W2 cold/hot  dd 100k x 1 KiB then sync (sync included). Cold: fresh volume.
+               For delegated: writeback lag after the cold run, exit flush
+               (Unmount) after the hot run.
+  W3           untar 20k small files in 200 dirs into a fresh subdirectory of
+               a `chattr +T` directory, then read them all.
+  W3 rm        the delete of those files, done at teardown (BENCH.md: deleting
+               between runs slows later ext4 creates), timed per run.
+  W4 cold/hot  `git status` on a committed copy of the Go tree (lstat storm).
+  W5           (optional, not implemented) SQL import.
+
+Each repetition runs every configuration in turn (interleaved), so drift on
+the shared machine hits them all alike. Plugin RSS and CPU are read from
+/proc/PID during each workload and at idle.
+
+Usage: bench.py [--quick] [--work DIR] [--out DIR] [--plugin BIN] ...
+(see --help; `make bench` and `make bench-quick` call it). Needs root (FUSE
+mounts, sshd, drop_caches).
+"""
+
+import argparse
+import datetime
+import http.client
+import io
+import json
+import os
+import platform
+import random
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import report  # noqa: E402  (same directory)
+
+CONTENT_TYPE = "application/vnd.docker.plugins.v1.1+json"
+GOROOT_SRC = "/usr/local/go"
+
+PLUGIN_CONFIGS = ("consistent", "cached", "delegated")
+CORE_CONFIGS = ("native",) + PLUGIN_CONFIGS
+PEER_CONFIGS = ("rclone", "unison", "mutagen")
+ALL_CONFIGS = CORE_CONFIGS + PEER_CONFIGS
+
+
+def log(*a):
+    print("[bench %s]" % time.strftime("%H:%M:%S"), *a, file=sys.stderr, flush=True)
+
+
+class BenchError(Exception):
+    pass
+
+
+# ---------------------------------------------------------------- processes
+
+def run(cmd, cwd=None, env=None, timeout=None, capture=False, check=True):
+    """Runs cmd (a list, or a string for bash -c) in its own process group.
+    Returns (seconds, stdout). On timeout the whole group is killed."""
+    if isinstance(cmd, str):
+        cmd = ["bash", "-o", "pipefail", "-c", cmd]
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True,
+                         stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        raise BenchError("timeout after %ss: %s" % (timeout, " ".join(cmd)[-200:]))
+    except BaseException:  # interrupted: leave nothing running
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        raise
+    dt = time.monotonic() - t0
+    if check and p.returncode != 0:
+        raise BenchError("exit %d: %s: %s" % (p.returncode, " ".join(cmd)[-200:], (err or "").strip()[-600:]))
+    return dt, out
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def mounted(path):
+    path = os.path.abspath(path)
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            if line.split()[4].replace("\\040", " ") == path:
+                return True
+    return False
+
+
+def mounts_under(prefix):
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            mp = line.split()[4].replace("\\040", " ")
+            if mp == prefix or mp.startswith(prefix.rstrip("/") + "/"):
+                out.append(mp)
+    return sorted(out, key=len, reverse=True)
+
+
+def force_unmount(mp):
+    for cmd in (["fusermount3", "-u", "-z", mp], ["umount", "-l", mp]):
+        if not mounted(mp):
+            return
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+# ------------------------------------------------------------ /proc sampling
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu(pid):
+    """CPU seconds (user+system) used by pid so far."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def proc_rss(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0  # MiB
+    return 0.0
+
+
+class Sampler:
+    """Samples a process's RSS every 50 ms while a workload runs, and its CPU
+    time at both ends. pid None: records nothing."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.stop_ev = threading.Event()
+        self.rss_max = 0.0
+        self.cpu0 = 0.0
+        self.t0 = 0.0
+
+    def _loop(self):
+        while not self.stop_ev.wait(0.05):
+            try:
+                self.rss_max = max(self.rss_max, proc_rss(self.pid))
+            except OSError:
+                return
+
+    def __enter__(self):
+        if self.pid:
+            self.cpu0 = proc_cpu(self.pid)
+            self.rss_max = proc_rss(self.pid)
+            self.th = threading.Thread(target=self._loop, daemon=True)
+            self.th.start()
+        self.t0 = time.monotonic()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = time.monotonic() - self.t0
+        if not self.pid:
+            self.result = None
+            return False
+        self.stop_ev.set()
+        self.th.join()
+        try:
+            cpu = proc_cpu(self.pid) - self.cpu0
+            rss = proc_rss(self.pid)
+        except OSError:
+            cpu, rss = None, None
+        self.result = {"cpu_s": _r(cpu), "cpu_pct": _r(100 * cpu / self.wall if cpu is not None and self.wall else None),
+                       "rss_max_mib": _r(max(self.rss_max, rss or 0)), "rss_end_mib": _r(rss)}
+        return False
+
+
+def _r(x, nd=3):
+    return None if x is None else round(x, nd)
+
+
+def idle(pid, seconds):
+    """Plugin CPU (% of one core) and RSS over an idle window."""
+    with Sampler(pid) as s:
+        time.sleep(seconds)
+    return s.result
+
+
+# ------------------------------------------------------------------- share
+
+class Share:
+    """The slow share: contrib/share.sh up/down (private sshd + sshfs)."""
+
+    def __init__(self, hostdir, mp):
+        self.hostdir, self.mp = hostdir, mp
+        self.script = os.path.join(REPO, "contrib", "share.sh")
+        if not os.access(self.script, os.X_OK):
+            raise BenchError("contrib/share.sh missing or not executable")
+
+    def up(self):
+        if mounted(self.mp):
+            self.down()
+        run([self.script, "up", self.hostdir, self.mp], timeout=60)
+
+    def down(self):
+        run([self.script, "down", self.mp], timeout=60, check=False)
+
+    def remount(self):
+        """A fresh sshfs (and sshd): nothing cached in sshfs itself."""
+        self.down()
+        self.up()
+
+    def env(self):
+        _, out = run([self.script, "env", self.mp], capture=True, timeout=30)
+        env = {}
+        for line in out.splitlines():
+            k, _, v = line.partition("=")
+            env[k] = shlex.split(v)[0] if v else ""
+        return env
+
+
+# ------------------------------------------------------------------ plugin
+
+class UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path, timeout):
+        super().__init__("localhost", timeout=timeout)
+        self.sock_path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        s.connect(self.sock_path)
+        self.sock = s
+
+
+class Plugin:
+    """The plugin as a plain process on a private socket and state dir."""
+
+    seq = 0
+
+    def __init__(self, binary, work, allowed_roots, tag, fuse_debug=False):
+        Plugin.seq += 1
+        self.binary = binary
+        self.dir = os.path.join(work, "p", "%03d-%s" % (Plugin.seq, tag))
+        self.sock = os.path.join(self.dir, "plugin.sock")
+        self.state = os.path.join(self.dir, "state")
+        self.mnt = os.path.join(self.dir, "mnt")
+        self.logpath = os.path.join(self.dir, "plugin.log")
+        self.allowed_roots = allowed_roots
+        self.fuse_debug = fuse_debug
+        self.proc = None
+        self.mounts = []  # (name, id)
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def start(self):
+        if os.path.exists(self.dir):
+            shutil.rmtree(self.dir)
+        os.makedirs(self.dir)
+        env = dict(os.environ)
+        env.update({"SOCKET_NAME": self.sock, "STATE_DIR": self.state, "MOUNT_ROOT": self.mnt,
+                    "ALLOWED_ROOTS": self.allowed_roots, "HOST_PREFIX": "", "LOG_LEVEL": "info",
+                    "UNMOUNT_FLUSH_TIMEOUT": "600s", "FUSE_DEBUG": "true" if self.fuse_debug else "false"})
+        self.logf = open(self.logpath, "wb")
+        self.proc = subprocess.Popen([self.binary], env=env, stdout=self.logf, stderr=self.logf,
+                                     start_new_session=True)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BenchError("plugin exited (%d) at start: %s" % (self.proc.returncode, self.log_tail()))
+            if os.path.exists(self.sock):
+                try:
+                    self.call("Plugin.Activate", {}, timeout=5)
+                    return self
+                except (OSError, BenchError):
+                    pass
+            time.sleep(0.05)
+        raise BenchError("plugin did not answer on %s: %s" % (self.sock, self.log_tail()))
+
+    def log_tail(self, n=1500):
+        try:
+            with open(self.logpath, "rb") as f:
+                return f.read()[-n:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def call(self, route, body, timeout=900):
+        c = UnixHTTP(self.sock, timeout)
+        try:
+            c.request("POST", "/" + route, json.dumps(body), {"Content-Type": CONTENT_TYPE})
+            r = c.getresponse()
+            data = r.read()
+        finally:
+            c.close()
+        try:
+            j = json.loads(data or b"{}")
+        except ValueError:
+            j = {"Err": data.decode(errors="replace")}
+        if r.status != 200 or (isinstance(j, dict) and j.get("Err")):
+            raise BenchError("%s: %s %s" % (route, r.status, (j.get("Err") if isinstance(j, dict) else j)))
+        return j
+
+    def volume(self, name, source, state):
+        """Creates and mounts a volume; returns (mountpoint, mount seconds)."""
+        self.call("VolumeDriver.Create", {"Name": name, "Opts": {"source": source, "state": state}})
+        t0 = time.monotonic()
+        j = self.call("VolumeDriver.Mount", {"Name": name, "ID": "bench-" + name})
+        dt = time.monotonic() - t0
+        self.mounts.append(name)
+        mp = j.get("Mountpoint") or ""
+        if not os.path.isdir(mp):
+            raise BenchError("Mount returned %r, not a directory" % mp)
+        return mp, dt
+
+    def unmount(self, name, timeout=900):
+        t0 = time.monotonic()
+        try:
+            self.call("VolumeDriver.Unmount", {"Name": name, "ID": "bench-" + name}, timeout=timeout)
+        except socket.timeout:
+            raise BenchError("Unmount of %s did not return in %d s (hung); goroutine dump: %s"
+                             % (name, timeout, self.dump_stacks()))
+        dt = time.monotonic() - t0
+        self.mounts.remove(name)
+        return dt
+
+    def dump_stacks(self):
+        """SIGQUIT: the Go runtime writes every goroutine's stack to the log
+        and exits. Keeps a copy of the log outside the per-run dirs."""
+        if not self.proc or self.proc.poll() is not None:
+            return "(plugin not running)"
+        self.proc.send_signal(signal.SIGQUIT)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        d = os.path.join(os.path.dirname(os.path.dirname(self.dir)), "diag")
+        os.makedirs(d, exist_ok=True)
+        dst = os.path.join(d, "stacks-" + os.path.basename(self.dir) + ".log")
+        shutil.copy2(self.logpath, dst)
+        self.mounts = []
+        return dst
+
+    def status(self, name):
+        try:
+            return (self.call("VolumeDriver.Get", {"Name": name}, timeout=30).get("Volume") or {}).get("Status")
+        except BenchError:
+            return None
+
+    def stop(self):
+        """Unmounts what is left, stops the process (SIGTERM, then SIGKILL),
+        and clears any mount it left behind."""
+        if not self.proc:
+            return
+        for name in list(self.mounts):
+            try:
+                self.unmount(name, timeout=60)
+            except (OSError, BenchError) as e:
+                log("plugin: unmount %s at stop: %s" % (name, e))
+                self.mounts.remove(name)
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                log("plugin %d did not stop in 120 s: killing it" % self.proc.pid)
+                self.proc.kill()
+                self.proc.wait()
+        self.logf.close()
+        for mp in mounts_under(self.mnt):
+            log("plugin left %s mounted: unmounting it" % mp)
+            force_unmount(mp)
+        self.proc = None
+
+
+# --------------------------------------------------------------- workloads
+
+def count_files(path):
+    n = 0
+    for _, _, files in os.walk(path):
+        n += len(files)
+    return n
+
+
+class Workload:
+    """A workload: prepares H once, then runs against a target directory
+    that shows H/<rel> (natively, through a share, a volume or a peer)."""
+    name = ""
+    variants = ("cold", "hot")
+    writes = False  # has something to write back (lag, exit flush)
+    remount_share = True  # cold needs a fresh sshfs (reads); writes need not
+
+    def __init__(self, b):
+        self.b = b
+
+    def rel(self, cfg):
+        return self.name.lower()
+
+    def prepare(self):
+        pass
+
+    def prepare_config(self, cfg):
+        pass
+
+    def run(self, target, cfg, rep, variant):
+        raise NotImplementedError
+
+    def landed(self, cfg, rep, variant):
+        """Whether what that run wrote is on H."""
+        return True
+
+    def teardown(self):
+        pass
+
+
+class W1(Workload):
+    name = "W1"
+
+    def rel(self, cfg):
+        return "go"
+
+    def prepare(self):
+        b = self.b
+        dst = os.path.join(b.H, "go")
+        os.makedirs(os.path.join(dst, "src"))
+        for f in ("VERSION", "go.env"):
+            if os.path.exists(os.path.join(GOROOT_SRC, f)):
+                shutil.copy2(os.path.join(GOROOT_SRC, f), dst)
+        if not b.quick:
+            run(["cp", "-a", os.path.join(GOROOT_SRC, "src"), dst])
+        else:
+            # A small tree: package strings and its dependencies (about 1.3k
+            # files: runtime and internal/...), copied directory by directory.
+            _, out = run(["go", "list", "-deps", "-f", "{{.Dir}}", "./strings"],
+                         cwd=os.path.join(GOROOT_SRC, "src"), env=b.go_env(GOROOT_SRC), capture=True)
+            src = os.path.join(GOROOT_SRC, "src")
+            for d in sorted(set(out.split())):
+                rel = os.path.relpath(d, src)
+                os.makedirs(os.path.join(dst, "src", rel), exist_ok=True)
+                for e in os.scandir(d):
+                    if e.is_file(follow_symlinks=False):
+                        shutil.copy2(e.path, os.path.join(dst, "src", rel))
+            for f in ("go.mod", "go.sum", "vendor/modules.txt"):
+                p = os.path.join(src, f)
+                if os.path.exists(p):
+                    os.makedirs(os.path.dirname(os.path.join(dst, "src", f)), exist_ok=True)
+                    shutil.copy2(p, os.path.join(dst, "src", f))
+        self.files = count_files(dst)
+        _, out = run(["go", "list", "./..."], cwd=os.path.join(dst, "src"), env=b.go_env(dst), capture=True)
+        self.packages = len(out.split())
+        b.meta["w1_tree"] = {"files": self.files, "packages": self.packages}
+        log("W1 tree: %d files, %d packages" % (self.files, self.packages))
+
+    def run(self, target, cfg, rep, variant):
+        dt, out = run(["go", "list", "./..."], cwd=os.path.join(target, "src"), env=self.b.go_env(target),
+                      capture=True, timeout=self.b.timeout)
+        if len(out.split()) != self.packages:
+            raise BenchError("go list listed %d packages, expected %d" % (len(out.split()), self.packages))
+        return {"s": dt}
+
+
+class W2(Workload):
+    name = "W2"
+    writes = True
+    remount_share = False
+
+    def rel(self, cfg):
+        return "w2/" + cfg
+
+    def prepare_config(self, cfg):
+        os.makedirs(os.path.join(self.b.H, "w2", cfg))
+
+    def fname(self, cfg, rep, variant):
+        return "%s-r%d-%s.bin" % (cfg, rep, variant)
+
+    def run(self, target, cfg, rep, variant):
+        f = os.path.join(target, self.fname(cfg, rep, variant))
+        dt, _ = run("dd if=/dev/zero of=%s bs=1k count=%d status=none && sync" % (shlex.quote(f), self.b.w2_count),
+                    timeout=self.b.timeout)
+        return {"s": dt}
+
+    def landed(self, cfg, rep, variant):
+        try:
+            return os.stat(os.path.join(self.b.H, self.rel(cfg), self.fname(cfg, rep, variant))).st_size == self.b.w2_count * 1024
+        except OSError:
+            return False
+
+    def after_cycle(self, cfg, rep):
+        d = os.path.join(self.b.H, self.rel(cfg))
+        for f in os.listdir(d):
+            if f.startswith(cfg + "-") and os.path.isfile(os.path.join(d, f)):
+                os.remove(os.path.join(d, f))
+
+
+W3_DIRS, W3_FILES = 200, 100  # 20k files
+
+
+def small_files_tar(cache, dirs, files, lo, hi):
+    """A tar of dirs x files files of lo..hi random bytes (made once)."""
+    path = os.path.join(cache, "small-%dx%d-%d-%d.tar" % (dirs, files, lo, hi))
+    if not os.path.exists(path):
+        rnd = random.Random(3)
+        tmp = path + ".tmp"
+        with tarfile.open(tmp, "w") as t:
+            for d in range(dirs):
+                for i in range(files):
+                    data = rnd.randbytes(rnd.randint(lo, hi))
+                    ti = tarfile.TarInfo("d%03d/f%03d.js" % (d, i))
+                    ti.size, ti.mtime, ti.mode = len(data), 1700000000, 0o644
+                    t.addfile(ti, io.BytesIO(data))
+        os.rename(tmp, path)
+    return path
+
+
+class W3(Workload):
+    name = "W3"
+    variants = ("",)
+    writes = True
+    remount_share = False
+
+    def prepare(self):
+        b = self.b
+        self.tar = small_files_tar(b.cache, W3_DIRS, W3_FILES, 100, 4000)
+        os.makedirs(os.path.join(b.H, "w3"))
+
+    def rel(self, cfg):
+        return "w3/" + cfg
+
+    def prepare_config(self, cfg):
+        d = os.path.join(self.b.H, self.rel(cfg))
+        os.makedirs(d)
+        # BENCH.md: creates in an inode group where many inodes were freed
+        # minutes before are slow on ext4; +T (not inherited) spreads each
+        # run's directory to another group.
+        run(["chattr", "+T", d])
+
+    def dname(self, cfg, rep):
+        return "r%d" % rep
+
+    def run(self, target, cfg, rep, variant):
+        d = os.path.join(target, self.dname(cfg, rep))
+        t_x, _ = run(["bash", "-c", 'mkdir "$1" && tar -xf "$2" -C "$1"', "w3", d, self.tar], timeout=self.b.timeout)
+        t_r, _ = run(["bash", "-c", 'find "$1" -type f -print0 | xargs -0 cat > /dev/null', "w3", d],
+                     timeout=self.b.timeout)
+        return {"s": t_x + t_r, "extract_s": round(t_x, 3), "read_s": round(t_r, 3)}
+
+    def landed(self, cfg, rep, variant):
+        return count_files(os.path.join(self.b.H, self.rel(cfg), self.dname(cfg, rep))) == W3_DIRS * W3_FILES
+
+
+class W3rm(Workload):
+    """The delete of W3's files, at teardown: a workload of its own whose
+    runs delete the directories W3 left, one per repetition."""
+    name = "W3 rm"
+    variants = ("",)
+    writes = True
+
+    def __init__(self, b, w3):
+        super().__init__(b)
+        self.w3 = w3
+
+    def rel(self, cfg):
+        return self.w3.rel(cfg)
+
+    def run(self, target, cfg, rep, variant):
+        d = os.path.join(target, self.w3.dname(cfg, rep))
+        if not os.path.isdir(d):
+            raise BenchError("no W3 directory %s to delete (W3 failed?)" % d)
+        dt, _ = run(["rm", "-rf", d], timeout=self.b.timeout)
+        return {"s": dt}
+
+    def landed(self, cfg, rep, variant):
+        return not os.path.exists(os.path.join(self.b.H, self.rel(cfg), self.w3.dname(cfg, rep)))
+
+
+class W4(Workload):
+    name = "W4"
+
+    def rel(self, cfg):
+        return "w4/" + cfg
+
+    def prepare(self):
+        b = self.b
+        self.pristine = os.path.join(b.cache, "w4-pristine")
+        stamp = os.path.join(self.pristine, ".bench-ok")
+        if not os.path.exists(stamp):
+            shutil.rmtree(self.pristine, ignore_errors=True)
+            os.makedirs(self.pristine)
+            run(["cp", "-a", os.path.join(GOROOT_SRC, "src"), self.pristine])
+            g = ["git", "-C", self.pristine, "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
+            run(g + ["init", "-q"])
+            # checkStat=minimal, trustctime=false: the index stays valid seen
+            # through sshfs and FUSE (other inode numbers, ctime): git status
+            # is then the lstat storm of BENCH.md, not a full re-hash.
+            for k, v in (("core.checkStat", "minimal"), ("core.trustctime", "false"),
+                         ("core.untrackedCache", "false"), ("core.fsmonitor", "false"), ("gc.auto", "0")):
+                run(["git", "-C", self.pristine, "config", k, v])
+            run(g + ["add", "-A"], timeout=600)
+            run(g + ["commit", "-q", "-m", "go src"], timeout=600)
+            open(stamp, "w").close()
+        os.makedirs(os.path.join(b.H, "w4"))
+
+    def prepare_config(self, cfg):
+        d = os.path.join(self.b.H, "w4", cfg)
+        run(["cp", "-a", self.pristine, d], timeout=600)
+        run(["git", "-c", "safe.directory=*", "-C", d, "status", "--porcelain"], timeout=600)
+
+    def run(self, target, cfg, rep, variant):
+        dt, out = run(["git", "-c", "safe.directory=*", "status", "--porcelain"], cwd=target, capture=True,
+                      timeout=self.b.timeout)
+        dirty = [l for l in out.splitlines() if ".bench-ok" not in l]
+        if dirty:
+            raise BenchError("git status shows %d changes, e.g. %s" % (len(dirty), dirty[:3]))
+        return {"s": dt}
+
+
+# ------------------------------------------------------------------- peers
+
+class Peer:
+    """What a user would pick instead of bindstate. up() returns the
+    directory the workload runs in and what it cost to get there
+    ({"initial_sync_s": ...}); down() returns the exit flush time."""
+    tool = None
+    sync_back = None  # for sync tools: runs a sync to H, returns its seconds
+    seq = 0
+
+    def __init__(self, b, w, rel, rep):
+        Peer.seq += 1
+        self.b, self.w, self.rel, self.rep = b, w, rel, rep
+        self.dir = os.path.join(b.work, "peers", "%03d-%s-%s-r%d" % (Peer.seq, self.name, w.name.replace(" ", ""), rep))
+        os.makedirs(self.dir)
+        self.env = dict(os.environ, HOME=os.path.join(b.work, "peers", "home"))
+        os.makedirs(self.env["HOME"], exist_ok=True)
+
+    @classmethod
+    def missing(cls):
+        """Why this peer cannot run here, or None."""
+        if shutil.which(cls.tool) is None:
+            return "%s is not installed (apt-get install %s)" % (cls.tool, cls.tool)
+        return None
+
+
+class RclonePeer(Peer):
+    """rclone mount --vfs-cache-mode full over sftp to the share's sshd."""
+    name = tool = "rclone"
+
+    def up(self):
+        e = self.b.share.env()
+        conf = os.path.join(self.dir, "rclone.conf")
+        with open(conf, "w") as f:
+            # md5sum_command = none: else one remote md5sum per opened file (BENCH.md)
+            f.write("[share]\ntype = sftp\nhost = 127.0.0.1\nport = %s\nuser = root\nkey_file = %s\n"
+                    "md5sum_command = none\nsha1sum_command = none\nshell_type = unix\n"
+                    % (e["SHARE_PORT"], os.path.join(e["SHARE_STATE"], "client_key")))
+        self.mp = os.path.join(self.dir, "mnt")
+        os.makedirs(self.mp)
+        self.logf = open(os.path.join(self.dir, "rclone.log"), "wb")
+        self.proc = subprocess.Popen(
+            ["rclone", "mount", "share:" + os.path.join(self.b.H, self.rel), self.mp, "--config", conf,
+             "--vfs-cache-mode", "full", "--cache-dir", os.path.join(self.dir, "cache"), "--allow-other",
+             "--log-level", "NOTICE"], env=self.env, stdout=self.logf, stderr=self.logf, start_new_session=True)
+        t0 = time.monotonic()
+        while not mounted(self.mp):
+            if self.proc.poll() is not None or time.monotonic() - t0 > 30:
+                raise BenchError("rclone mount failed: %s" % open(os.path.join(self.dir, "rclone.log")).read()[-500:])
+            time.sleep(0.05)
+        return self.mp, {"mount_s": time.monotonic() - t0}
+
+    def down(self):
+        if not getattr(self, "proc", None):
+            return None
+        t0 = time.monotonic()
+        for _ in range(100):
+            if not mounted(self.mp):
+                break
+            subprocess.run(["fusermount3", "-u", self.mp], stderr=subprocess.DEVNULL)
+            time.sleep(0.1)
+        try:
+            self.proc.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        dt = time.monotonic() - t0
+        force_unmount(self.mp)
+        self.proc = None
+        self.logf.close()
+        return dt
+
+
+class UnisonPeer(Peer):
+    """unison between the share (over ssh to the share's sshd) and a local
+    directory: the engine of docker-sync. The initial sync and the sync back
+    are timed apart from the workload."""
+    name = tool = "unison"
+
+    def _sync(self):
+        e = self.b.share.env()
+        # The server end (over ssh, as root) keeps its archives under its own
+        # scratch dir too, never in ~/.unison.
+        server = "env UNISON=%s %s" % (os.path.join(self.dir, "unison-server"), shutil.which("unison"))
+        cmd = ["unison", self.local, "ssh://share/" + os.path.join(self.b.H, self.rel), "-batch", "-auto",
+               "-times", "-confirmbigdel=false", "-silent", "-sshargs", "-F " + e["SHARE_SSH_CONFIG"],
+               "-servercmd", server]
+        try:
+            dt, _ = run(cmd, env=dict(self.env, UNISON=os.path.join(self.dir, "unison-state")), timeout=self.b.timeout)
+        except BenchError as err:
+            try:
+                with open(os.path.join(self.dir, "unison-state", "unison.log")) as f:
+                    why = f.read()[-400:]
+            except OSError:
+                why = ""
+            raise BenchError("%s | unison.log: %s" % (err, why))
+        return dt
+
+    def up(self):
+        self.local = os.path.join(self.dir, "local")
+        os.makedirs(self.local)
+        return self.local, {"initial_sync_s": self._sync()}
+
+    def sync_back(self):
+        return _r(self._sync())
+
+    def down(self):
+        return 0.0
+
+
+class MutagenPeer(Peer):
+    """Mutagen (Docker Desktop's synchronized file shares) over ssh into a
+    local directory. Needs WORK/mutagen/mutagen (built as BENCH.md says)."""
+    name = tool = "mutagen"
+
+    @classmethod
+    def missing(cls):
+        return "not run: a Mutagen v0.18.1 build is not wired into this harness yet"
+
+    def up(self):
+        raise BenchError(self.missing())
+
+    def down(self):
+        return None
+
+
+PEERS = {"rclone": RclonePeer, "unison": UnisonPeer, "mutagen": MutagenPeer}
+
+
+# ---------------------------------------------------------------- the bench
+
+class Bench:
+    def __init__(self, a):
+        self.a = a
+        self.quick = a.quick
+        self.work = os.path.abspath(a.work)
+        self.H = os.path.join(self.work, "H")
+        self.S = os.path.join(self.work, "S")
+        self.cache = os.path.join(self.work, "cache")
+        self.reps = a.reps or 3
+        self.timeout = a.timeout or (90 if self.quick else 1800)
+        self.w2_count = a.w2_count or (5000 if self.quick else 100000)
+        self.idle_s = 0.5 if self.quick else 3.0
+        self.unmount_timeout = 90 if self.quick else 660
+        self.cycle_errors = []  # errors outside the timed runs (setup, unmount, teardown)
+        self.notes = set()
+        self.extra = {}
+        self.meta = {}
+        self.results = {}  # row -> cfg -> {"samples": [...], ...}
+        self.resources = {}  # cfg -> row -> [sampler results]
+        self.idle = {}  # cfg -> [idle results]
+        self.writeback = {}  # cfg -> row -> {"lag_s": [...], "exit_flush_s": [...]}
+        self.errors = {}  # cfg -> row -> error
+        self.skipped = {}  # cfg -> reason
+        self.plugin_bin = None
+        self.consistent_via = "plugin"
+
+    def go_env(self, goroot):
+        env = dict(os.environ)
+        for k in ("GOFLAGS", "GOPATH", "GO111MODULE", "GOWORK"):
+            env.pop(k, None)
+        env.update({"GOROOT": goroot, "GOTOOLCHAIN": "local", "GOFLAGS": "", "GOWORK": "off",
+                    "GOCACHE": os.path.join(self.work, "gocache"), "GOTELEMETRY": "off",
+                    "GOPROXY": "off", "GOENV": "off", "PATH": os.path.join(GOROOT_SRC, "bin") + ":" + env.get("PATH", "")})
+        return env
+
+    # ---- setup
+
+    def setup(self):
+        a = self.a
+        if os.geteuid() != 0:
+            raise BenchError("run as root: FUSE mounts, a private sshd, drop_caches")
+        os.makedirs(self.work, exist_ok=True)
+        os.makedirs(self.cache, exist_ok=True)
+        for mp in mounts_under(self.work):
+            log("left mounted by an earlier run: %s: unmounting" % mp)
+            force_unmount(mp)
+        for d in (self.H, os.path.join(self.work, "p"), os.path.join(self.work, "peers")):
+            if os.path.exists(d):
+                subprocess.run(["chattr", "-R", "-T", d], stderr=subprocess.DEVNULL)
+                shutil.rmtree(d)
+        os.makedirs(self.H)
+        os.makedirs(os.path.join(self.work, "gocache"), exist_ok=True)
+        self.share = Share(self.H, self.S)
+
+        self.configs = [c for c in a.configs.split(",") if c]
+        for c in self.configs:
+            if c not in ALL_CONFIGS:
+                raise BenchError("unknown configuration %r: valid are %s" % (c, ",".join(ALL_CONFIGS)))
+        if "native" not in self.configs:
+            self.configs.insert(0, "native")
+        for c in self.configs:
+            if c in PEERS:
+                why = PEERS[c].missing()
+                if why:
+                    self.skipped[c] = why
+                    log("%s: skipped: %s" % (c, why))
+
+        names = [w for w in a.workloads.split(",") if w]
+        self.workloads = []
+        w3 = None
+        for n in names:
+            if n == "W1":
+                self.workloads.append(W1(self))
+            elif n == "W2":
+                self.workloads.append(W2(self))
+            elif n == "W3":
+                w3 = W3(self)
+                self.workloads.append(w3)
+            elif n == "W4":
+                self.workloads.append(W4(self))
+            else:
+                raise BenchError("unknown workload %r (W1..W4)" % n)
+        self.w3rm = W3rm(self, w3) if w3 else None
+
+        if any(c in PLUGIN_CONFIGS for c in self.configs):
+            if not a.plugin or not os.access(a.plugin, os.X_OK):
+                raise BenchError("plugin binary %r missing (make bin/bindstate)" % a.plugin)
+            # our own copy: a rebuild by someone else mid-run changes nothing here
+            self.plugin_bin = os.path.join(self.work, "bindstate")
+            shutil.copy2(a.plugin, self.plugin_bin)
+            _, v = run([self.plugin_bin, "version"], capture=True)
+            self.meta["plugin_version"] = v.strip()
+
+        self.meta.update({
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "commit": git_describe(), "quick": self.quick, "reps": self.reps, "host": platform.node(),
+            "kernel": platform.release(), "cpus": os.cpu_count(), "go": run(["go", "version"], capture=True)[1].strip(),
+            "sshfs": run(["sshfs", "--version"], capture=True, check=False)[1].splitlines()[0:1],
+            "w2": "%d x 1 KiB" % self.w2_count, "w3": "%d files in %d dirs" % (W3_DIRS * W3_FILES, W3_DIRS),
+            "workloads": [w.name for w in self.workloads] + (["W3 rm"] if self.w3rm else []),
+        })
+        t0 = time.monotonic()
+        for w in self.workloads:
+            w.prepare()
+            for c in self.configs:
+                if c not in self.skipped:
+                    w.prepare_config(c)
+        log("prepared H in %.1f s" % (time.monotonic() - t0))
+        self.share.up()
+        self.probe()
+
+    def probe(self):
+        """Checks once that the plugin serves each state before timing it, so
+        that a plugin that does not work yet costs seconds, not minutes."""
+        want = [c for c in self.configs if c in PLUGIN_CONFIGS]
+        if not want:
+            return
+        rel = self.workloads[0].rel("native") if self.workloads else "."
+        p = Plugin(self.plugin_bin, self.work, self.work, "probe")
+        try:
+            p.start()
+            for c in want:
+                name = "probe-" + c
+                try:
+                    mp, _ = p.volume(name, os.path.normpath(os.path.join(self.S, rel)), c)
+                    os.listdir(mp)
+                    p.unmount(name)
+                    p.call("VolumeDriver.Remove", {"Name": name})
+                except (OSError, BenchError) as e:
+                    if c == "consistent":
+                        self.consistent_via = "share (plugin failed: %s)" % str(e)[:200]
+                        log("consistent: the plugin cannot serve it (%s): measuring the share directly" % e)
+                    else:
+                        self.skipped[c] = "plugin cannot serve it: %s" % str(e)[:300]
+                        log("%s: skipped: %s" % (c, e))
+        except (OSError, BenchError) as e:
+            log("plugin does not start: %s" % e)
+            for c in want:
+                if c == "consistent":
+                    self.consistent_via = "share (plugin failed to start)"
+                else:
+                    self.skipped[c] = "plugin does not start: %s" % str(e)[:300]
+        finally:
+            p.stop()
+        self.meta["consistent_via"] = self.consistent_via
+
+    # ---- recording
+
+    def record(self, row, cfg, res, extra=None):
+        r = self.results.setdefault(row, {}).setdefault(cfg, {"samples": []})
+        r["samples"].append(round(res["s"], 4))
+        for k, v in res.items():
+            if k != "s":
+                r.setdefault(k, []).append(v)
+
+    def error(self, row, cfg, msg):
+        self.errors.setdefault(cfg, {})[row] = msg
+        log("ERROR %s %s: %s" % (cfg, row, msg))
+
+    # ---- cycles
+
+    def cycle(self, w, cfg, rep):
+        """One repetition of workload w in configuration cfg: every variant
+        (cold first) in one fresh mount, volume or replica."""
+        rows = [(w.name + " " + v).strip() for v in w.variants]
+        if all(self.errors.get(cfg, {}).get(r) for r in rows):
+            return  # failed before: do not pay for it again
+        rel = w.rel(cfg)
+        plugin, vol, peer = None, None, None
+        wb = lambda row: self.writeback.setdefault(cfg, {}).setdefault(row, {})  # noqa: E731
+        try:
+            if cfg == "native":
+                target = os.path.join(self.H, rel)
+            elif cfg in PLUGIN_CONFIGS:
+                if w.remount_share:
+                    self.share.remount()
+                if cfg == "consistent" and self.consistent_via != "plugin":
+                    target = os.path.join(self.S, rel)
+                else:
+                    plugin = Plugin(self.plugin_bin, self.work, self.work, "%s-%s-r%d" % (cfg, w.name.replace(" ", ""), rep),
+                                    fuse_debug=self.a.fuse_debug)
+                    plugin.start()
+                    vol = "%s-%s-r%d" % (cfg, w.name.replace(" ", "").lower(), rep)
+                    target, mount_s = plugin.volume(vol, os.path.join(self.S, rel), cfg)
+                    wb(w.name).setdefault("mount_s", []).append(_r(mount_s))
+                    if not self.quick or rep == 1:
+                        self.idle.setdefault(cfg, []).append(dict(idle(plugin.pid, self.idle_s), when="after mount", workload=w.name))
+            else:
+                peer = PEERS[cfg](self, w, rel, rep)
+                target, info = peer.up()
+                for k, v in info.items():
+                    wb(w.name).setdefault(k, []).append(_r(v))
+            for v, row in zip(w.variants, rows):
+                if self.errors.get(cfg, {}).get(row):
+                    continue
+                if v in ("cold", ""):
+                    drop_caches()
+                try:
+                    with Sampler(plugin.pid if plugin else None) as s:
+                        res = w.run(target, cfg, rep, v)
+                except BenchError as e:
+                    self.error(row, cfg, str(e))
+                    if v == "cold":
+                        for r2 in rows[1:]:
+                            self.error(r2, cfg, "skipped: the cold run failed")
+                    break
+                self.record(row, cfg, res)
+                if s.result:
+                    self.resources.setdefault(cfg, {}).setdefault(row, []).append(s.result)
+                log("%-10s %-8s r%d %7.3f s" % (cfg, row, rep, res["s"]))
+                if w.writes and v in ("cold", "") and cfg != "native":
+                    if peer and peer.sync_back:
+                        lag = peer.sync_back()  # the user runs the sync: that is the lag
+                    else:
+                        lag = self.wait_landed(w, cfg, rep, v, limit=60 if cfg == "consistent" else 600)
+                    wb(row).setdefault("lag_s", []).append(lag)
+                    if lag is None or lag > 0.5:
+                        log("%-10s %-8s r%d writeback lag %s s" % (cfg, row, rep, lag))
+            last = rows[-1]
+            if plugin:
+                if not self.quick or rep == 1:
+                    self.idle.setdefault(cfg, []).append(dict(idle(plugin.pid, self.idle_s), when="after workload", workload=w.name))
+                st = plugin.status(vol)
+                t = plugin.unmount(vol, timeout=self.unmount_timeout)
+                wb(last).setdefault("exit_flush_s", []).append(_r(t))
+                if st:
+                    wb(last).setdefault("status_before_unmount", []).append(st)
+            elif peer:
+                if peer.sync_back and w.writes and len(w.variants) > 1:
+                    wb(last).setdefault("lag_s", []).append(peer.sync_back())
+                t = peer.down()
+                peer = None
+                wb(last).setdefault("exit_flush_s", []).append(_r(t))
+            if (plugin or cfg in PEER_CONFIGS) and w.writes and not w.landed(cfg, rep, w.variants[-1]):
+                lag = self.wait_landed(w, cfg, rep, w.variants[-1], limit=30 if peer else 120)
+                wb(last).setdefault("after_unmount_lag_s", []).append(lag)
+                if lag is None:
+                    self.cycle_errors.append({"config": cfg, "workload": w.name, "rep": rep,
+                                              "error": "the last run's data never reached H (waited %d s after unmount)" % (30 if peer else 120)})
+            if plugin:
+                plugin.call("VolumeDriver.Remove", {"Name": vol})
+        except (OSError, BenchError) as e:
+            msg = "%s%s" % (e, (" | plugin log: " + plugin.log_tail(400)) if plugin else "")
+            if not any(r in self.results and cfg in self.results[r] and len(self.results[r][cfg]["samples"]) >= rep
+                       for r in rows):
+                for r in rows:  # nothing was measured: the rows failed
+                    if not self.errors.get(cfg, {}).get(r):
+                        self.error(r, cfg, msg)
+            else:
+                self.cycle_errors.append({"config": cfg, "workload": w.name, "rep": rep, "error": msg[:2000]})
+                log("ERROR %s %s r%d (after the runs): %s" % (cfg, w.name, rep, msg[:500]))
+        finally:
+            if plugin:
+                plugin.stop()
+            if peer:
+                try:
+                    peer.down()
+                except (OSError, BenchError) as e:
+                    log("%s: down: %s" % (cfg, e))
+            if hasattr(w, "after_cycle"):
+                w.after_cycle(cfg, rep)
+
+    def wait_landed(self, w, cfg, rep, v, limit=600):
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < limit:
+            if w.landed(cfg, rep, v):
+                return _r(time.monotonic() - t0)
+            time.sleep(0.02)
+        return None
+
+    # ---- main loop
+
+    def run_all(self):
+        configs = [c for c in self.configs if c not in self.skipped]
+        pw = self.a.peer_workloads.split(",")
+        for w in self.workloads + ([self.w3rm] if self.w3rm else []):
+            for rep in range(1, self.reps + 1):
+                for cfg in configs:
+                    if cfg in PEER_CONFIGS and w.name.split()[0] not in pw:
+                        self.notes.add("%s: %s not run (--peer-workloads %s)" % (cfg, w.name, self.a.peer_workloads))
+                        continue
+                    self.cycle(w, cfg, rep)
+
+    def extras(self):
+        """BENCH.md "Also reported": a 100k-file source (mount, first access,
+        a full walk with the plugin's RSS, idle CPU while serving it), and the
+        exit flush of ~100 MB in small files against `cp -r` to the share."""
+        states = [c for c in ("cached", "delegated") if c in self.configs and c not in self.skipped]
+        if not states:
+            return
+        ex = self.extra
+        log("extras: 100k-file source, exit flush of 100 MB in small files")
+        big = os.path.join(self.H, "big")
+        tar = small_files_tar(self.cache, W3_DIRS, W3_FILES, 100, 4000)
+        for i in range(5):
+            os.makedirs(os.path.join(big, "p%d" % i))
+            run(["tar", "-xf", tar, "-C", os.path.join(big, "p%d" % i)], timeout=600)
+        ex["big_files"] = count_files(big)
+        drop_caches()
+        ex["big_walk_native_s"] = _r(run(["find", big, "-type", "f"], timeout=600)[0])
+        for st in states:
+            self.share.remount()
+            p = Plugin(self.plugin_bin, self.work, self.work, "big-" + st)
+            e = ex.setdefault(st, {})
+            try:
+                p.start()
+                with Sampler(p.pid) as smp:
+                    t0 = time.monotonic()
+                    mp, _ = p.volume("big", os.path.join(self.S, "big"), st)
+                    e["mount_s"] = _r(time.monotonic() - t0)
+                    os.stat(os.path.join(mp, "p4", "d199", "f099.js"))
+                    e["mount_and_first_stat_s"] = _r(time.monotonic() - t0)
+                e["mount_plugin"] = smp.result
+                drop_caches()
+                with Sampler(p.pid) as smp:
+                    e["walk_s"] = _r(run(["find", mp, "-type", "f"], timeout=1800)[0])
+                e["walk_plugin"] = smp.result
+                e["walk_ratio"] = _r(e["walk_s"] / ex["big_walk_native_s"]) if ex["big_walk_native_s"] else None
+                e["idle_serving"] = idle(p.pid, 10 if not self.quick else 2)
+                p.unmount("big", timeout=self.unmount_timeout)
+            except (OSError, BenchError) as err:
+                e["error"] = str(err)[:500]
+                log("extras %s 100k: %s" % (st, err))
+            finally:
+                p.stop()
+            log("extras %s 100k: %s" % (st, e))
+        # exit flush against cp -r to the share
+        if "delegated" in states:
+            ftar = small_files_tar(self.cache, 200, 100, 2000, 8000)  # ~100 MB
+            src = os.path.join(self.work, "flush-src")
+            shutil.rmtree(src, ignore_errors=True)
+            os.makedirs(src)
+            run(["tar", "-xf", ftar, "-C", src], timeout=600)
+            nbytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(src) for f in fs)
+            e = ex.setdefault("exit_flush", {"bytes": nbytes, "files": count_files(src)})
+            os.makedirs(os.path.join(self.H, "flush", "cp"))
+            os.makedirs(os.path.join(self.H, "flush", "delegated"))
+            self.share.remount()
+            t0 = time.monotonic()
+            run(["cp", "-r", src, os.path.join(self.S, "flush", "cp", "t")], timeout=3600)
+            run(["sync"], timeout=600)
+            e["cp_r_to_share_s"] = _r(time.monotonic() - t0)
+            p = Plugin(self.plugin_bin, self.work, self.work, "flush-delegated")
+            try:
+                p.start()
+                mp, _ = p.volume("flush", os.path.join(self.S, "flush", "delegated"), "delegated")
+                e["cp_r_into_delegated_s"] = _r(run(["cp", "-r", src, os.path.join(mp, "t")], timeout=3600)[0])
+                with Sampler(p.pid) as smp:
+                    e["exit_flush_s"] = _r(p.unmount("flush", timeout=3600))
+                e["exit_flush_plugin"] = smp.result
+                t0 = time.monotonic()
+                while count_files(os.path.join(self.H, "flush", "delegated", "t")) < e["files"] and time.monotonic() - t0 < 120:
+                    time.sleep(0.5)
+                e["on_host_after_unmount"] = count_files(os.path.join(self.H, "flush", "delegated", "t"))
+                e["throughput_vs_cp"] = _r(e["cp_r_to_share_s"] / e["exit_flush_s"]) if e["exit_flush_s"] else None
+            except (OSError, BenchError) as err:
+                e["error"] = str(err)[:500]
+            finally:
+                p.stop()
+            log("extras exit flush: %s" % e)
+
+    def teardown(self):
+        if getattr(self, "share", None):
+            try:
+                self.share.down()
+            except Exception as e:  # noqa: BLE001
+                log("share down: %s" % e)
+        for mp in mounts_under(self.work):
+            force_unmount(mp)
+
+    def result(self):
+        return {"meta": self.meta, "configs": self.configs, "skipped": self.skipped, "results": self.results,
+                "resources": self.resources, "idle": self.idle, "writeback": self.writeback, "errors": self.errors,
+                "cycle_errors": self.cycle_errors, "notes": sorted(self.notes), "extra": self.extra}
+
+
+def git_describe():
+    try:
+        _, out = run(["git", "-C", REPO, "describe", "--always", "--dirty"], capture=True)
+        return out.strip()
+    except BenchError:
+        return "unknown"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="W1 and W2 only, small tree, under 3 min")
+    ap.add_argument("--work", default=os.path.join(REPO, "_build", "bench"), help="scratch dir (ext4)")
+    ap.add_argument("--out", default=os.path.join(REPO, "bench-results"), help="results dir")
+    ap.add_argument("--plugin", default=os.path.join(REPO, "bin", "bindstate"), help="plugin binary")
+    ap.add_argument("--configs", default=None, help="comma-separated, default: all (%s); quick: %s" % (",".join(ALL_CONFIGS), ",".join(CORE_CONFIGS)))
+    ap.add_argument("--workloads", default=None, help="comma-separated, default W1,W2,W3,W4 (quick: W1,W2)")
+    ap.add_argument("--reps", type=int, default=0, help="repetitions (default 3)")
+    ap.add_argument("--timeout", type=float, default=0, help="seconds per workload run")
+    ap.add_argument("--w2-count", type=int, default=0, help="W2 size in KiB (default 100000, quick 5000)")
+    ap.add_argument("--peer-workloads", default="W1,W2,W3,W4", help="workloads the peers run (default all)")
+    ap.add_argument("--extras", action="store_true", default=None,
+                    help="also the 100k-file source and the exit flush of 100 MB (default: on in a full run)")
+    ap.add_argument("--no-extras", dest="extras", action="store_false")
+    ap.add_argument("--fuse-debug", action="store_true", help="run the plugin with FUSE_DEBUG=true (slow)")
+    ap.add_argument("--name", default=None, help="results file stem (default bench or bench-quick)")
+    a = ap.parse_args(argv)
+    if a.configs is None:
+        # quick: bindstate against native and the share only; the peers
+        # (rclone waits out its writeback, unison its initial sync) are in
+        # the full run
+        a.configs = ",".join(CORE_CONFIGS if a.quick else ALL_CONFIGS)
+    if a.workloads is None:
+        a.workloads = "W1,W2" if a.quick else "W1,W2,W4,W3"
+    stem = a.name or ("bench-quick" if a.quick else "bench")
+
+    b = Bench(a)
+    t0 = time.monotonic()
+    try:
+        b.setup()
+        b.run_all()
+        if a.extras or (a.extras is None and not a.quick and "W3" in a.workloads):
+            b.extras()
+    except KeyboardInterrupt:
+        log("interrupted: writing what was measured")
+    finally:
+        b.teardown()
+    res = b.result()
+    res["meta"]["wall_s"] = round(time.monotonic() - t0, 1)
+    os.makedirs(a.out, exist_ok=True)
+    paths = report.write_all(res, a.out, stem)
+    print(report.markdown(res))
+    log("wrote %s" % ", ".join(paths))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BenchError as e:
+        log("error: %s" % e)
+        sys.exit(1)

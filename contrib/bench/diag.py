@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Why is a state slow? Runs one workload in one state of the plugin with
+FUSE_DEBUG=true and counts the FUSE requests per opcode for each run (cold,
+hot), and optionally `strace -c -f` of the plugin and of the workload.
+
+  diag.py [--state cached] [--workload W1|W2|W3|W4] [--quick] [--strace]
+
+Uses the tree bench.py prepared in WORK/H (run `make bench-quick` or
+`make bench` once first); mounts its own share of it at WORK/S-diag, so it
+can run beside a bench (whose timings it then disturbs). Prints a table and
+writes WORK/diag/<state>-<workload>.json. Timings here are inflated by the
+debug log and strace: use them for counts, not speed.
+"""
+
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402
+
+RX = re.compile(rb"rx \d+: (\w+)")
+
+
+def count_ops(path, start):
+    c = collections.Counter()
+    with open(path, "rb") as f:
+        f.seek(start)
+        for m in RX.finditer(f.read()):
+            c[m.group(1).decode()] += 1
+    return c
+
+
+def strace_summary(path):
+    """The top rows of an strace -c summary: (calls, seconds, syscall)."""
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f:
+                p = line.split()
+                if len(p) >= 5 and re.match(r"^[\d.]+$", p[0]) and p[-1] not in ("total",):
+                    try:
+                        rows.append({"syscall": p[-1], "seconds": float(p[1]), "calls": int(p[3])})
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return sorted(rows, key=lambda r: -r["seconds"])[:12]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--state", default="cached")
+    ap.add_argument("--workload", default="W1")
+    ap.add_argument("--quick", action="store_true", help="the W2 size of bench-quick")
+    ap.add_argument("--strace", action="store_true", help="strace -c -f the plugin and the workload (no FUSE debug)")
+    ap.add_argument("--work", default=os.path.join(bench.REPO, "_build", "bench"))
+    ap.add_argument("--plugin", default=os.path.join(bench.REPO, "bin", "bindstate"))
+    a = ap.parse_args()
+
+    args = bench.argparse.Namespace(quick=a.quick, work=a.work, reps=1, timeout=1800, w2_count=0, fuse_debug=False,
+                                    configs="native", workloads=a.workload)
+    b = bench.Bench(args)
+    if not os.path.isdir(b.H):
+        raise bench.BenchError("no %s: run make bench-quick first" % b.H)
+    w = {"W1": bench.W1, "W2": bench.W2, "W3": bench.W3, "W4": bench.W4}[a.workload](b)
+    if a.workload == "W1":
+        w.packages = len(bench.run(["go", "list", "./..."], cwd=os.path.join(b.H, "go", "src"),
+                                   env=b.go_env(os.path.join(b.H, "go")), capture=True)[1].split())
+    elif a.workload == "W2":
+        os.makedirs(os.path.join(b.H, "w2", "diag"), exist_ok=True)
+    elif a.workload == "W3":
+        w.tar = bench.small_files_tar(b.cache, bench.W3_DIRS, bench.W3_FILES, 100, 4000)
+        os.makedirs(os.path.join(b.H, "w3", "diag"), exist_ok=True)
+    elif a.workload == "W4":
+        w.pristine = os.path.join(b.cache, "w4-pristine")
+        if not os.path.isdir(os.path.join(b.H, "w4", "diag")):
+            os.makedirs(os.path.join(b.H, "w4"), exist_ok=True)
+            w.prepare_config("diag")
+    # Its own share (own sshd and sshfs mountpoint): never the one a running
+    # bench.py uses.
+    b.S = os.path.join(b.work, "S-diag")
+    share = bench.Share(b.H, b.S)
+    plugin_bin = os.path.join(b.work, "bindstate-diag")
+    bench.shutil.copy2(a.plugin, plugin_bin)
+    out = {"state": a.state, "workload": a.workload, "runs": {}}
+    straces = []
+    try:
+        share.up()
+        p = bench.Plugin(plugin_bin, b.work, b.work, "diag-%s-%s" % (a.state, a.workload), fuse_debug=not a.strace)
+        p.start()
+        try:
+            vol = "diag"
+            target, _ = p.volume(vol, os.path.join(b.S, w.rel("diag")), a.state)
+            for v in ("cold", "hot"):
+                if v == "cold":
+                    bench.drop_caches()
+                start = os.path.getsize(p.logpath)
+                st = None
+                if a.strace:
+                    sp = os.path.join(p.dir, "strace-plugin-%s.txt" % v)
+                    st = subprocess.Popen(["strace", "-c", "-f", "-o", sp, "-p", str(p.pid)],
+                                          stderr=subprocess.DEVNULL)
+                    straces.append(sp)
+                    time.sleep(0.5)
+                with bench.Sampler(p.pid) as s:
+                    res = w.run(target, "diag", 9, v)
+                if st:
+                    st.terminate()
+                    st.wait()
+                ops = count_ops(p.logpath, start)
+                r = {"s": round(res["s"], 3), "plugin": s.result, "fuse_ops": dict(ops.most_common()),
+                     "fuse_ops_total": sum(ops.values())}
+                if a.strace:
+                    r["strace_plugin"] = strace_summary(straces[-1])
+                out["runs"][v] = r
+                print("%s %s %s: %.2f s, %d FUSE requests: %s" % (a.state, a.workload, v, res["s"], sum(ops.values()),
+                                                               ", ".join("%s %d" % kv for kv in ops.most_common(10))))
+                if a.strace:
+                    print("  plugin syscalls (top by time):", ", ".join("%s %d calls %.2fs" % (x["syscall"], x["calls"], x["seconds"])
+                                                                      for x in r["strace_plugin"][:8]))
+            if a.strace:
+                # the workload's own syscalls, hot, through the mount
+                wl = os.path.join(p.dir, "strace-workload.txt")
+                if a.workload == "W1":
+                    cmd = ["strace", "-c", "-f", "-o", wl, "go", "list", "./..."]
+                    bench.run(cmd, cwd=os.path.join(target, "src"), env=b.go_env(target), capture=True)
+                elif a.workload == "W2":
+                    cmd = ["strace", "-c", "-f", "-o", wl, "bash", "-c",
+                           "dd if=/dev/zero of=%s/diag-strace.bin bs=1k count=%d status=none && sync" % (target, b.w2_count)]
+                    bench.run(cmd)
+                else:
+                    cmd = None
+                if cmd:
+                    out["strace_workload"] = strace_summary(wl)
+                    print("  workload syscalls (top by time):", ", ".join("%s %d calls %.2fs" % (x["syscall"], x["calls"], x["seconds"])
+                                                                        for x in out["strace_workload"][:8]))
+            p.unmount(vol)
+        finally:
+            p.stop()
+    finally:
+        share.down()
+    d = os.path.join(b.work, "diag")
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, "%s-%s%s.json" % (a.state, a.workload, "-strace" if a.strace else ""))
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+    print("wrote", path)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except bench.BenchError as e:
+        print("diag: %s" % e, file=sys.stderr)
+        sys.exit(1)

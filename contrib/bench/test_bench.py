@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Smoke test of the benchmark harness itself (no root, no mounts, seconds):
+the ratio arithmetic, the table and chart, the process helpers, and the
+plugin protocol client against a fake plugin on a unix socket.
+
+  make bench-smoke     (or: python3 contrib/bench/test_bench.py)
+"""
+
+import http.server
+import json
+import os
+import socketserver
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402
+import report  # noqa: E402
+
+
+def fake_result():
+    return {
+        "meta": {"date": "2026-01-01T00:00:00Z", "commit": "abc", "reps": 3, "quick": True, "w2": "10 x 1 KiB",
+                 "cpus": 2, "kernel": "k", "wall_s": 1},
+        "configs": ["native", "consistent", "cached", "delegated", "rclone"],
+        "skipped": {"rclone": "rclone is not installed"},
+        "results": {
+            "W1 cold": {"native": {"samples": [1.0, 2.0, 3.0]}, "consistent": {"samples": [20.0, 40.0, 60.0]},
+                        "cached": {"samples": [4.0, 2.0, 6.0]}},
+            "W1 hot": {"native": {"samples": [0.5, 0.5, 0.5]}, "delegated": {"samples": [0.6, 0.7, 0.65]}},
+        },
+        "resources": {"cached": {"W1 cold": [{"cpu_s": 1.0, "cpu_pct": 50.0, "rss_max_mib": 20.0, "rss_end_mib": 19.0}]}},
+        "idle": {"cached": [{"cpu_s": 0.0, "cpu_pct": 0.0, "rss_max_mib": 10.0, "rss_end_mib": 10.0, "when": "after mount"}]},
+        "writeback": {"delegated": {"W1 hot": {"exit_flush_s": [0.1, 0.2, 0.3]}}},
+        "errors": {"delegated": {"W1 cold": "boom"}},
+        "cycle_errors": [{"config": "cached", "workload": "W1", "rep": 2, "error": "Unmount hung"}],
+        "notes": [],
+    }
+
+
+class ReportTest(unittest.TestCase):
+    def test_ratios_are_to_native_median(self):
+        s = report.summary(fake_result())
+        self.assertEqual(s["W1 cold"]["native"]["ratio"], 1.0)
+        self.assertEqual(s["W1 cold"]["consistent"]["ratio"], 20.0)  # 40 / 2
+        self.assertEqual(s["W1 cold"]["consistent"]["ratio_min"], 10.0)
+        self.assertEqual(s["W1 cold"]["consistent"]["ratio_max"], 30.0)
+        self.assertEqual(s["W1 cold"]["cached"]["ratio"], 2.0)
+        self.assertEqual(s["W1 hot"]["delegated"]["ratio"], 1.3)
+
+    def test_markdown(self):
+        md = report.markdown(fake_result())
+        self.assertIn("| W1 cold | 2 s (1-3) | **20.0x** (10.0-30.0) | **2.00x** (1.00-3.00) | error | skipped |", md)
+        self.assertIn("| W1 hot |", md)
+        self.assertIn("rclone skipped: rclone is not installed", md)
+        self.assertIn("delegated W1 cold: boom", md)
+        self.assertIn("Unmount hung", md)
+
+    def test_write_all(self):
+        with tempfile.TemporaryDirectory() as d:
+            paths = report.write_all(fake_result(), d, "t")
+            self.assertTrue(os.path.exists(os.path.join(d, "t.json")))
+            self.assertTrue(os.path.exists(os.path.join(d, "t.md")))
+            with open(os.path.join(d, "t.json")) as f:
+                self.assertIn("summary", json.load(f))
+            try:
+                import matplotlib  # noqa: F401
+            except ImportError:
+                return
+            self.assertIn(os.path.join(d, "t.png"), paths)
+            with open(os.path.join(d, "t.png"), "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+
+class ProcessTest(unittest.TestCase):
+    def test_run_times_and_captures(self):
+        dt, out = bench.run("sleep 0.2; echo hi", capture=True)
+        self.assertGreaterEqual(dt, 0.2)
+        self.assertEqual(out.strip(), "hi")
+
+    def test_run_timeout_kills_the_group(self):
+        with tempfile.TemporaryDirectory() as d:
+            mark = os.path.join(d, "late")
+            with self.assertRaises(bench.BenchError):
+                bench.run("(sleep 1; touch %s) & sleep 5" % mark, timeout=0.3)
+            time.sleep(1.3)
+            self.assertFalse(os.path.exists(mark), "a child outlived the timeout")
+
+    def test_run_failure_says_why(self):
+        with self.assertRaises(bench.BenchError) as c:
+            bench.run("echo nope >&2; exit 3")
+        self.assertIn("exit 3", str(c.exception))
+        self.assertIn("nope", str(c.exception))
+
+    def test_sampler(self):
+        with bench.Sampler(os.getpid()) as s:
+            t = time.process_time()
+            while time.process_time() - t < 0.2:
+                pass
+        self.assertGreater(s.result["cpu_s"], 0.1)
+        self.assertGreater(s.result["rss_max_mib"], 1)
+
+
+class FakePlugin(http.server.BaseHTTPRequestHandler):
+    volumes = {}
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+        route = self.path.lstrip("/")
+        res, status = {}, 200
+        if route == "Plugin.Activate":
+            res = {"Implements": ["VolumeDriver"]}
+        elif route == "VolumeDriver.Create":
+            if "source" not in body.get("Opts", {}):
+                res, status = {"Err": "option \"source\" is required"}, 500
+            else:
+                self.volumes[body["Name"]] = body["Opts"]
+        elif route == "VolumeDriver.Mount":
+            res = {"Mountpoint": self.server.mnt}
+        elif route in ("VolumeDriver.Unmount", "VolumeDriver.Remove"):
+            pass
+        else:
+            res, status = {"Err": "no route"}, 404
+        data = json.dumps(res).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", bench.CONTENT_TYPE)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *a):
+        pass
+
+
+class UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+    def get_request(self):
+        req, _ = super().get_request()
+        return req, ("local", 0)
+
+
+class ProtocolTest(unittest.TestCase):
+    def test_create_mount_unmount(self):
+        with tempfile.TemporaryDirectory() as d:
+            sock = os.path.join(d, "p.sock")
+            srv = UnixServer(sock, FakePlugin)
+            srv.mnt = d
+            th = threading.Thread(target=srv.serve_forever, daemon=True)
+            th.start()
+            try:
+                p = bench.Plugin("/bin/true", d, d, "t")
+                p.sock = sock
+                p.call("Plugin.Activate", {})
+                mp, dt = p.volume("v", "/src", "cached")
+                self.assertEqual(mp, d)
+                self.assertEqual(FakePlugin.volumes["v"], {"source": "/src", "state": "cached"})
+                self.assertGreaterEqual(p.unmount("v"), 0)
+                with self.assertRaises(bench.BenchError) as c:
+                    p.call("VolumeDriver.Create", {"Name": "w", "Opts": {}})
+                self.assertIn("source", str(c.exception))
+            finally:
+                srv.shutdown()
+                srv.server_close()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=1)

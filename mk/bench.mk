@@ -1,0 +1,26 @@
+# Benchmark (../shared/BENCH.md): the plugin as a plain process on a private
+# socket, against a real sshfs share over loopback (contrib/share.sh), every
+# configuration side by side, ratios to native ext4. Needs root. Not part of
+# `make test`. Results: bench-results/bench[-quick].{json,md,png}.
+#
+#   make bench                 W1-W4, 3 runs, every configuration and peer (30-60 min)
+#   make bench-quick           W1 and W2 on a small tree, bindstate vs native and the share (under 3 min)
+#   make bench-smoke           test of the harness itself (seconds)
+#   make bench BENCH_ARGS='--configs native,delegated --workloads W2 --fuse-debug'
+
+# The chart needs Debian's python3-matplotlib: prefer the system python3.
+BENCH_PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
+BENCH_WORK   ?= $(BUILD)/bench
+BENCH_OUT    ?= bench-results
+BENCH_ARGS   ?=
+BENCH        := $(BENCH_PYTHON) contrib/bench/bench.py --plugin $(BIN)/bindstate --work $(BENCH_WORK) --out $(BENCH_OUT)
+
+.PHONY: bench bench-quick bench-smoke
+bench: $(BIN)/bindstate ## benchmark W1-W4, all configurations and peers vs native (30-60 min, root)
+	$(BENCH) $(BENCH_ARGS)
+
+bench-quick: $(BIN)/bindstate ## benchmark W1 and W2 on a small tree (under 3 min, root)
+	$(BENCH) --quick $(BENCH_ARGS)
+
+bench-smoke: ## test the benchmark harness itself (seconds)
+	$(BENCH_PYTHON) contrib/bench/test_bench.py
