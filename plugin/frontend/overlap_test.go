@@ -12,42 +12,7 @@ import (
 	"time"
 
 	"github.com/bindstate/bindstate/plugin/consistency"
-	"github.com/bindstate/bindstate/plugin/driver"
-	"github.com/bindstate/bindstate/plugin/hostpath"
 )
-
-// newRescanRig is newRig with the given rescan interval.
-func newRescanRig(t *testing.T, st consistency.State, rescan string, setup func(host string)) *rig {
-	t.Helper()
-	requireFUSE(t)
-	base := t.TempDir()
-	host := filepath.Join(base, "host")
-	if err := os.Mkdir(host, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if setup != nil {
-		setup(host)
-	}
-	o := New(Config{
-		StateDir:  filepath.Join(base, "state"),
-		MountRoot: filepath.Join(base, "mnt"),
-		Policy:    hostpath.Policy{AllowedRoots: []string{base}},
-		Log:       testLogger(t),
-	})
-	spec := driver.FrontSpec{Key: "k-" + st.String(), Source: host, State: st, Opts: map[string]string{"rescan": rescan}}
-	f, err := o.Open(context.Background(), spec)
-	if err != nil {
-		t.Fatalf("open %s front: %v", st, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := f.Close(ctx); err != nil {
-			t.Errorf("close front: %v", err)
-		}
-	})
-	return &rig{host: host, mnt: f.Mountpoint(), front: f, o: o, spec: spec}
-}
 
 func (r *rig) setFloor(t *testing.T, floor consistency.State) {
 	t.Helper()

@@ -67,9 +67,15 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-// newRig serves a fresh host folder in state st. setup, if given, fills the
-// host folder before the mount.
+// newRig serves a fresh host folder in state st, rescanning the host every
+// 50 ms. setup, if given, fills the host folder before the mount.
 func newRig(t testing.TB, st consistency.State, setup func(host string)) *rig {
+	t.Helper()
+	return newRescanRig(t, st, "50ms", setup)
+}
+
+// newRescanRig is newRig with the given rescan interval.
+func newRescanRig(t testing.TB, st consistency.State, rescan string, setup func(host string)) *rig {
 	t.Helper()
 	requireFUSE(t)
 	base := t.TempDir()
@@ -86,7 +92,7 @@ func newRig(t testing.TB, st consistency.State, setup func(host string)) *rig {
 		Policy:    hostpath.Policy{AllowedRoots: []string{base}},
 		Log:       testLogger(t),
 	})
-	spec := driver.FrontSpec{Key: "k-" + st.String(), Source: host, State: st, Opts: map[string]string{"rescan": "50ms"}}
+	spec := driver.FrontSpec{Key: "k-" + st.String(), Source: host, State: st, Opts: map[string]string{"rescan": rescan}}
 	f, err := o.Open(context.Background(), spec)
 	if err != nil {
 		t.Fatalf("open %s front: %v", st, err)
