@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/bindstate/bindstate/plugin/store"
 	"github.com/bindstate/bindstate/plugin/writeback"
@@ -34,9 +35,25 @@ func (f *filesystem) errno(err error, op, rel string) syscall.Errno {
 	case errors.As(err, &fe):
 		f.log.Warn("sync failed: writeback to the host failed", "op", op, "path", rel, "err", err)
 		return syscall.EIO
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.Canceled):
 		return syscall.EINTR
+	case errors.Is(err, context.DeadlineExceeded):
+		f.log.Warn("gave up waiting for the host", "op", op, "path", rel, "limit", hostWait.String(), "err", err)
+		return syscall.EIO
 	}
 	f.log.Error("request failed", "op", op, "path", rel, "err", err)
 	return syscall.EIO
+}
+
+// hostWait bounds how long one request (fsync, or a rename or link that must
+// write back first) waits for the host.
+const hostWait = 5 * time.Minute
+
+// waitCtx is the context for a request that waits on writeback. The kernel's
+// interrupts do not cancel it: a Go program's runtime signals its threads all
+// the time (preemption), the kernel forwards each as an interrupt of the
+// pending request, and answering EINTR would fail the program's rename or
+// fsync for nothing. The wait is bounded by hostWait instead (then EIO).
+func waitCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), hostWait)
 }

@@ -127,6 +127,8 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 
 // Fsync returns once the file is on the host (rule D2).
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	ctx, cancel := waitCtx(ctx)
+	defer cancel()
 	return h.fs.errno(h.file.Sync(ctx), "fsync", h.file.Rel())
 }
 

@@ -236,6 +236,8 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		return nil, syscall.EXDEV
 	}
 	rel := n.child(name)
+	ctx, cancel := waitCtx(ctx)
+	defer cancel()
 	if err := n.fs.store.Link(n.fs.origin(ctx), t.path(), rel); err != nil {
 		return nil, n.fs.errno(err, "link", rel)
 	}
@@ -258,6 +260,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		return syscall.EXDEV
 	}
 	from, to := n.child(name), np.child(newName)
+	ctx, cancel := waitCtx(ctx)
+	defer cancel()
 	return n.fs.errno(n.fs.store.Rename(n.fs.origin(ctx), from, to, flags), "rename", from)
 }
 
@@ -305,6 +309,8 @@ func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall
 		return h.Fsync(ctx, flags)
 	}
 	rel := n.path()
+	ctx, cancel := waitCtx(ctx)
+	defer cancel()
 	return n.fs.errno(n.fs.store.Flush(ctx, rel), "fsync", rel)
 }
 

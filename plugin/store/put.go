@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/hostpath"
 )
 
 // putter adapts Store to writeback.Putter.
@@ -39,7 +41,7 @@ func (s *Store) put(ctx context.Context, rel string) error {
 		return err
 	}
 	st, err := s.local.Lstat(rel)
-	if errors.Is(err, unix.ENOENT) {
+	if gone(err) {
 		return s.putAbsent(rel)
 	}
 	if err != nil {
@@ -155,7 +157,7 @@ func (s *Store) putAbsent(rel string) error {
 		return errors.New("writeback: refusing to remove the source itself")
 	}
 	hst, err := s.host.Lstat(rel)
-	if errors.Is(err, unix.ENOENT) {
+	if gone(err) {
 		return nil
 	}
 	if err != nil {
@@ -373,4 +375,12 @@ func (s *Store) rebaseLinks(rel string, ino uint64) {
 			s.setBase(other, &e.Stat)
 		}
 	}
+}
+
+// gone reports an lstat error that means nothing is at the path: missing, or
+// a parent that is no longer a directory (a file, or a symlink, which is
+// never followed). A queued path can end up so when its directory is renamed
+// away and replaced: there is then nothing to write back under that name.
+func gone(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, hostpath.ErrEscape)
 }
