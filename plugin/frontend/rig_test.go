@@ -104,6 +104,7 @@ func newRescanRig(t testing.TB, st consistency.State, rescan string, setup func(
 		if err := f.Close(ctx); err != nil {
 			t.Errorf("close front: %v", err)
 		}
+		o.waitDrained(spec.Key, 3*time.Second)
 	})
 	return r
 }
@@ -260,4 +261,18 @@ func copyFile(dst, src string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// waitDrained waits (at most max) for a closed front's background writeback
+// (D4) to finish, so that it does not write into a host folder the test's
+// cleanup is removing. A test whose host refuses writes just waits max.
+func (o *Opener) waitDrained(key string, max time.Duration) {
+	for end := time.Now().Add(max); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		o.mu.Lock()
+		_, open := o.stores[key]
+		o.mu.Unlock()
+		if !open {
+			return
+		}
+	}
 }

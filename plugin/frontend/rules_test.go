@@ -8,9 +8,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -468,5 +470,77 @@ func TestD2_EveryFsyncOfAnOpenNewFileReachesHost(t *testing.T) {
 		if got := len(readFile(t, r.hostPath("app.log"))); got != 100*i {
 			t.Fatalf("after fsync %d the host has %d bytes, want %d", i, got, 100*i)
 		}
+	}
+}
+
+// rules C2 and D6, for listings: directories are listed once and the kernel
+// keeps the listing (FOPEN_CACHE_DIR), so a listing made before a change
+// must not be what a later readdir returns, whether the change came from
+// the container or from the host.
+func TestC2_D6_ListingsFollowChanges(t *testing.T) {
+	names := func(t *testing.T, p string) string {
+		t.Helper()
+		es, err := os.ReadDir(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n []string
+		for _, e := range es {
+			n = append(n, e.Name())
+		}
+		return strings.Join(n, " ")
+	}
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			r := newRig(t, st, func(h string) {
+				os.MkdirAll(filepath.Join(h, "d"), 0o755)
+				writeFile(t, filepath.Join(h, "d/a"), "a")
+				writeFile(t, filepath.Join(h, "d/b"), "b")
+			})
+			d := r.mntPath("d")
+			for i := 0; i < 2; i++ { // the second listing comes from the kernel's cache
+				if got := names(t, d); got != "a b" {
+					t.Fatalf("listing %d: %q, want \"a b\"", i, got)
+				}
+			}
+			// The container's own changes.
+			writeFile(t, r.mntPath("d/c"), "c")
+			if err := os.Rename(r.mntPath("d/a"), r.mntPath("d/z")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(r.mntPath("d/b")); err != nil {
+				t.Fatal(err)
+			}
+			if got := names(t, d); got != "c z" {
+				t.Fatalf("after the container's create, rename and remove: %q, want \"c z\"", got)
+			}
+			// The host's, brought in by the syncer.
+			writeFile(t, r.hostPath("d/h"), "from host")
+			waitFor(t, "a file made on the host in a listed directory", func() bool {
+				return names(t, d) == "c h z"
+			})
+			// And a listing read with a rewind in between (telldir/seekdir
+			// are what ls -R and find do on big directories).
+			f, err := os.Open(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			first, err := f.Readdirnames(1)
+			if err != nil || len(first) != 1 {
+				t.Fatalf("first entry: %v %v", first, err)
+			}
+			if _, err := f.Seek(0, io.SeekStart); err != nil {
+				t.Fatal(err)
+			}
+			all, err := f.Readdirnames(-1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(all)
+			if got := strings.Join(all, " "); got != "c h z" {
+				t.Fatalf("after rewinddir: %q", got)
+			}
+		})
 	}
 }

@@ -28,7 +28,6 @@ var (
 	_ = (fs.NodeLookuper)((*node)(nil))
 	_ = (fs.NodeGetattrer)((*node)(nil))
 	_ = (fs.NodeSetattrer)((*node)(nil))
-	_ = (fs.NodeReaddirer)((*node)(nil))
 	_ = (fs.NodeMkdirer)((*node)(nil))
 	_ = (fs.NodeMknoder)((*node)(nil))
 	_ = (fs.NodeCreater)((*node)(nil))
@@ -173,19 +172,6 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		return n.fs.errno(err, "setattr", rel)
 	}
 	return n.Getattr(ctx, f, out)
-}
-
-func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	rel := n.path()
-	entries, err := n.fs.store.ReadDir(rel)
-	if err != nil {
-		return nil, n.fs.errno(err, "readdir", rel)
-	}
-	list := make([]fuse.DirEntry, 0, len(entries))
-	for _, e := range entries {
-		list = append(list, fuse.DirEntry{Name: e.Name, Mode: e.Stat.Mode, Ino: e.Stat.Ino})
-	}
-	return fs.NewListDirStream(list), 0
 }
 
 // created looks up what an operation just made and hands it to the kernel.

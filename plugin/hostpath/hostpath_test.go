@@ -275,6 +275,20 @@ func TestOpenFile(t *testing.T) {
 		fl.Close()
 	}
 
+	// What the kernel hands a FUSE server: a create's mode carries the file
+	// type, and open flags can carry bits openat ignores (__FMODE_EXEC, 040,
+	// when a file is run). Both are taken as openat takes them.
+	fl, err = f.r.OpenFile("d/made", unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, unix.S_IFREG|0o640)
+	mustNil(t, err)
+	fl.Close()
+	if st, err := os.Stat(f.p("d/made")); err != nil || st.Mode().Perm() != 0o640 {
+		t.Errorf("created with mode S_IFREG|0640: %v, %v", st, err)
+	}
+	const fmodeExec = 0o40
+	fl, err = f.r.OpenFile("d/made", unix.O_RDONLY|fmodeExec, 0)
+	mustNil(t, err)
+	fl.Close()
+
 	// A final symlink is never followed.
 	mustSymlink(t, f.victim, f.p("d/link"))
 	_, err = f.r.OpenFile("d/link", unix.O_RDWR|unix.O_TRUNC, 0)

@@ -45,6 +45,10 @@ func (s *Store) Open(ctx context.Context, rel string, flags int, relNow func() (
 		if err := s.prepareTruncate(rel, 0); err != nil {
 			return nil, err
 		}
+	case !write:
+		// Read-only opens (most of them: compilers, go list, git status)
+		// open first and ask the open file whether it is still a stub, one
+		// fgetxattr, rather than look the xattr up by path beforehand.
 	default:
 		if err := s.EnsureContent(rel); err != nil {
 			return nil, err
@@ -60,7 +64,19 @@ func (s *Store) Open(ctx context.Context, rel string, flags int, relNow func() (
 		return nil
 	}
 	switch {
-	case !write || r == routeLocal:
+	case r == routeLocal:
+		return f, open()
+	case !write:
+		if err := open(); err != nil {
+			return nil, err
+		}
+		if !isStubFd(f.local) {
+			return f, nil
+		}
+		f.local.Close()
+		if err := s.EnsureContent(rel); err != nil {
+			return nil, err
+		}
 		return f, open()
 	case r == routeThrough:
 		defer s.lockShared(ctx)()

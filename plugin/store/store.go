@@ -312,6 +312,13 @@ func (s *Store) hasXattr(rel, name string) bool {
 	return err == nil
 }
 
+// isStubFd is IsStub for a file already open.
+func isStubFd(f *os.File) bool {
+	var b [8]byte
+	_, err := unix.Fgetxattr(int(f.Fd()), xattrStub, b[:])
+	return err == nil
+}
+
 // IsStub reports whether rel is a regular file whose content has not been
 // fetched from the host yet.
 func (s *Store) IsStub(rel string) bool { return s.hasXattr(rel, xattrStub) }
