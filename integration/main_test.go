@@ -32,13 +32,15 @@ var env struct {
 	skip     string // why every test skips (not root, no /dev/fuse)
 	setupErr error  // why every test fails
 
-	dir      string // /tmp/bs-XXXX
-	d        *harness.Daemon
-	share    *harness.Share
-	local    string // a local-disk source root (allowed)
-	outside  string // an existing directory outside the allowed roots
-	hostTmp  string // scratch for atomic host-side writes (same fs as the share's HostDir)
-	pluginID string
+	dir       string // /tmp/bs-XXXX
+	d         *harness.Daemon
+	share     *harness.Share
+	local     string // a local-disk source root (allowed)
+	outside   string // an existing directory outside the allowed roots
+	hostTmp   string // scratch for atomic host-side writes (same fs as the share's HostDir)
+	pluginID  string
+	pluginDir string // config.json + rootfs/ the plugin was created from
+	tools     harness.Tools
 }
 
 func TestMain(m *testing.M) {
@@ -75,6 +77,7 @@ func setup() error {
 	if err != nil {
 		return err
 	}
+	env.tools = tools
 	repo, err := harness.RepoRoot()
 	if err != nil {
 		return err
@@ -127,6 +130,7 @@ func setup() error {
 	if err != nil {
 		return err
 	}
+	env.pluginDir = pdir
 	if testing.Verbose() {
 		fmt.Printf("integration: plugin from %s (%s)\n", pdir, how)
 	}

@@ -12,8 +12,8 @@ INTEGRATION_RUN ?= .
 INTEGRATION_TIMEOUT ?= 30m
 
 .PHONY: test-integration
-test-integration: plugin-rootfs ## integration tests: private dockerd + managed plugin + containers + sshfs share (root)
-	BINDSTATE_PLUGIN_DIR=$(abspath $(PLUGIN_DIR)) $(GO) test $(GOFLAGS_PLUGIN) $(GOTEST_FLAGS) -count=1 \
+test-integration: plugin-rootfs registry ## integration tests: private dockerd + managed plugin + containers + sshfs share (root)
+	BINDSTATE_PLUGIN_DIR=$(abspath $(PLUGIN_DIR)) BINDSTATE_REGISTRY=$(abspath $(REGISTRY_BIN)) $(GO) test $(GOFLAGS_PLUGIN) $(GOTEST_FLAGS) -count=1 \
 	  -timeout $(INTEGRATION_TIMEOUT) -run '$(INTEGRATION_RUN)' ./integration/...
 
 TEST_TARGETS += test-integration

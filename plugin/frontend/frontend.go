@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/bindstate/bindstate/plugin/bindmount"
 	"github.com/bindstate/bindstate/plugin/consistency"
 	"github.com/bindstate/bindstate/plugin/driver"
@@ -322,16 +324,34 @@ func (f *storeFront) SetFloor(ctx context.Context, floor consistency.State) erro
 
 func (f *storeFront) Status() driver.FrontStatus {
 	s := f.ost.st.Stats()
-	return driver.FrontStatus{
-		State:      f.ost.st.State().String(),
-		Source:     f.source,
-		Mountpoint: f.Mountpoint(),
-		Dirty:      s.WriteBack.Dirty,
-		Failed:     s.WriteBack.Failed,
-		Lag:        s.WriteBack.OldestAge,
-		LastError:  s.WriteBack.LastError,
-		Conflicts:  int(s.Conflicts),
+	st := driver.FrontStatus{
+		State:        f.ost.st.State().String(),
+		Source:       f.source,
+		Mountpoint:   f.Mountpoint(),
+		Dirty:        s.WriteBack.Dirty,
+		Failed:       s.WriteBack.Failed,
+		Lag:          s.WriteBack.OldestAge,
+		LastError:    s.WriteBack.LastError,
+		Conflicts:    int(s.Conflicts),
+		FailedPaths:  s.WriteBack.FailedPaths,
+		WrittenFiles: s.WriteBack.Written,
+		WrittenBytes: uint64(s.WrittenBytes),
+		Fetched:      uint64(s.Fetched),
+		CacheHits:    uint64(s.Hits),
+		Errors:       s.WriteBack.Errors,
+		Ops:          make(map[string]uint64, len(s.Ops)),
 	}
+	for k, v := range s.Ops {
+		st.Ops[k] = uint64(v)
+	}
+	// What is left to write: the dirty files' sizes in the store (a stat
+	// each, of the listed ones; status is asked for by people, not per op).
+	for _, rel := range s.WriteBack.DirtyPaths {
+		if lst, err := f.ost.st.Lstat(rel); err == nil && lst.Mode&unix.S_IFMT == unix.S_IFREG {
+			st.DirtyBytes += lst.Size
+		}
+	}
+	return st
 }
 
 func (f *storeFront) Close(ctx context.Context) error {

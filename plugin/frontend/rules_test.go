@@ -298,8 +298,9 @@ func TestD4_FailedWritebackIsReportedKeptAndRetried(t *testing.T) {
 	if _, ok := fe.Failed["out/result"]; !ok || !strings.Contains(err.Error(), "out/result") {
 		t.Fatalf("error does not name the failed path: %v", err)
 	}
-	if s := r.front.Status(); s.Dirty == 0 || s.Failed == 0 || s.LastError == "" {
-		t.Fatalf("status hides the failure: %+v", s)
+	if s := r.front.Status(); s.Dirty == 0 || s.Failed == 0 || s.LastError == "" || s.Errors == 0 ||
+		!slices.Contains(s.FailedPaths, "out/result") || s.DirtyBytes < int64(len("precious")) {
+		t.Fatalf("status hides the failure (want out/result among the failed paths, its bytes dirty): %+v", s)
 	}
 	if got := readFile(t, r.mntPath("out/result")); got != "precious" {
 		t.Fatalf("container's data changed: %q", got)

@@ -103,11 +103,13 @@ var (
 func (h *handle) Flush(ctx context.Context) syscall.Errno { return syscall.ENOSYS }
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	h.fs.store.CountOp("read")
 	// Spliced straight from the store file: no copy through this process.
 	return fuse.ReadResultFd(uintptr(h.file.Fd()), off, len(dest)), 0
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	h.fs.store.CountOp("write")
 	ctx = h.fs.origin(ctx)
 	if h.killPriv.Load() {
 		h.removePrivs(ctx)
@@ -127,6 +129,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 
 // Fsync returns once the file is on the host (rule D2).
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	h.fs.store.CountOp("fsync")
 	ctx, cancel := waitCtx(ctx)
 	defer cancel()
 	return h.fs.errno(h.file.Sync(ctx), "fsync", h.file.Rel())
@@ -149,6 +152,7 @@ func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 }
 
 func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uint32) syscall.Errno {
+	h.fs.store.CountOp("fallocate")
 	return h.fs.errno(h.file.Allocate(h.fs.origin(ctx), mode, int64(off), int64(size)), "fallocate", h.file.Rel())
 }
 

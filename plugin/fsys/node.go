@@ -104,6 +104,7 @@ func (n *node) newChild(ctx context.Context, st *unix.Stat_t, out *fuse.EntryOut
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n.fs.store.CountOp("lookup")
 	dir := n.path()
 	st, err := n.fs.store.Lookup(dir, name)
 	if err != nil {
@@ -113,6 +114,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.fs.store.CountOp("getattr")
 	var st unix.Stat_t
 	var err error
 	if h, ok := f.(*handle); ok && h != nil {
@@ -128,6 +130,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 }
 
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	n.fs.store.CountOp("setattr")
 	ctx = n.fs.origin(ctx)
 	rel := n.path()
 	var a store.Attrs
@@ -184,6 +187,7 @@ func (n *node) created(ctx context.Context, name string, out *fuse.EntryOut) (*f
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n.fs.store.CountOp("mkdir")
 	rel := n.child(name)
 	if err := n.fs.store.Mkdir(n.fs.origin(ctx), rel, mode, caller(ctx)); err != nil {
 		return nil, n.fs.errno(err, "mkdir", rel)
@@ -192,6 +196,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n.fs.store.CountOp("mknod")
 	rel := n.child(name)
 	if err := n.fs.store.Mknod(n.fs.origin(ctx), rel, mode, uint64(rdev), caller(ctx)); err != nil {
 		return nil, n.fs.errno(err, "mknod", rel)
@@ -200,6 +205,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n.fs.store.CountOp("symlink")
 	rel := n.child(name)
 	if err := n.fs.store.Symlink(n.fs.origin(ctx), target, rel, caller(ctx)); err != nil {
 		return nil, n.fs.errno(err, "symlink", rel)
@@ -208,6 +214,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	n.fs.store.CountOp("readlink")
 	rel := n.path()
 	t, err := n.fs.store.Readlink(rel)
 	if err != nil {
@@ -217,6 +224,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n.fs.store.CountOp("link")
 	t, ok := target.(*node)
 	if !ok {
 		return nil, syscall.EXDEV
@@ -231,16 +239,19 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	n.fs.store.CountOp("unlink")
 	rel := n.child(name)
 	return n.fs.errno(n.fs.store.Unlink(n.fs.origin(ctx), rel), "unlink", rel)
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	n.fs.store.CountOp("rmdir")
 	rel := n.child(name)
 	return n.fs.errno(n.fs.store.Rmdir(n.fs.origin(ctx), rel), "rmdir", rel)
 }
 
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	n.fs.store.CountOp("rename")
 	np, ok := newParent.(*node)
 	if !ok {
 		return syscall.EXDEV
@@ -252,6 +263,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	n.fs.store.CountOp("create")
 	rel := n.child(name)
 	var ch *node
 	relNow := func() (string, bool) { return ch.rel() }
@@ -276,6 +288,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	n.fs.store.CountOp("open")
 	rel := n.path()
 	f, err := n.fs.store.Open(n.fs.origin(ctx), rel, int(flags), n.rel)
 	if err != nil {
@@ -291,6 +304,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 
 // Fsync without an open file (e.g. on a directory): rule D2 for entries.
 func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
+	n.fs.store.CountOp("fsync")
 	if h, ok := f.(*handle); ok && h != nil {
 		return h.Fsync(ctx, flags)
 	}
@@ -301,6 +315,7 @@ func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall
 }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	n.fs.store.CountOp("getxattr")
 	rel := n.path()
 	sz, err := n.fs.store.Getxattr(rel, attr, dest)
 	if err != nil {
@@ -310,6 +325,7 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 }
 
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	n.fs.store.CountOp("listxattr")
 	rel := n.path()
 	names, err := n.fs.store.Listxattr(rel)
 	if err != nil {
@@ -322,16 +338,19 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 }
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	n.fs.store.CountOp("setxattr")
 	rel := n.path()
 	return n.fs.errno(n.fs.store.Setxattr(n.fs.origin(ctx), rel, attr, data, int(flags)), "setxattr", rel)
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	n.fs.store.CountOp("removexattr")
 	rel := n.path()
 	return n.fs.errno(n.fs.store.Removexattr(n.fs.origin(ctx), rel, attr), "removexattr", rel)
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	n.fs.store.CountOp("statfs")
 	var st unix.Statfs_t
 	if err := n.fs.store.Statfs(&st); err != nil {
 		return n.fs.errno(err, "statfs", "")

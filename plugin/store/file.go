@@ -49,10 +49,12 @@ func (s *Store) Open(ctx context.Context, rel string, flags int, relNow func() (
 		// Read-only opens (most of them: compilers, go list, git status)
 		// open first and ask the open file whether it is still a stub, one
 		// fgetxattr, rather than look the xattr up by path beforehand.
-	default:
+	case s.IsStub(rel):
 		if err := s.EnsureContent(rel); err != nil {
 			return nil, err
 		}
+	default:
+		s.countHit()
 	}
 	f := &File{s: s, rel: relNow, write: write, name: rel}
 	open := func() error {
@@ -71,6 +73,7 @@ func (s *Store) Open(ctx context.Context, rel string, flags int, relNow func() (
 			return nil, err
 		}
 		if !isStubFd(f.local) {
+			s.countHit()
 			return f, nil
 		}
 		f.local.Close()

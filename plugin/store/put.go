@@ -240,7 +240,7 @@ func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat
 		if err != nil {
 			return err
 		}
-		if err := copyAndSync(dst, src); err != nil {
+		if err := s.copyAndSync(dst, src); err != nil {
 			return err
 		}
 		s.putAttrs(rel, st)
@@ -260,7 +260,7 @@ func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat
 	if err != nil {
 		return err
 	}
-	if err := copyAndSync(dst, src); err != nil {
+	if err := s.copyAndSync(dst, src); err != nil {
 		s.host.Remove(tmp)
 		return err
 	}
@@ -272,8 +272,9 @@ func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat
 	return nil
 }
 
-func copyAndSync(dst, src *os.File) error {
-	_, err := io.Copy(dst, src)
+func (s *Store) copyAndSync(dst, src *os.File) error {
+	n, err := io.Copy(dst, src)
+	s.countWrittenBytes(n)
 	if err == nil {
 		err = dst.Sync()
 	}

@@ -123,7 +123,16 @@ type Stats struct {
 	OldestAge  time.Duration // age of the oldest unwritten change (writeback lag)
 	LastError  string        // most recent Put failure, "" if none
 	LastFailed string        // path of that failure
+	Errors     uint64        // failed Puts since start (each retry counts)
+
+	// The paths themselves, sorted, at most MaxListed of each (Dirty and
+	// Failed still count them all): what `bindstate status` names.
+	DirtyPaths  []string // waiting or being written (failed ones included)
+	FailedPaths []string // whose last Put failed
 }
+
+// MaxListed bounds Stats' path lists.
+const MaxListed = 1000
 
 type state uint8
 
@@ -188,7 +197,8 @@ type Queue struct {
 	under   map[string]int // dir or path -> number of items at or beneath it (IsDirty)
 	seq     uint64
 	written uint64
-	nfailed int // items with err != nil
+	nfailed int    // items with err != nil
+	nerrors uint64 // failed Puts, all told
 	lastErr string
 	lastRel string
 }
@@ -441,13 +451,19 @@ func (q *Queue) _await(f *flusher, it *item, now time.Time) {
 func (q *Queue) Stats() Stats {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	st := Stats{Failed: q.nfailed, Written: q.written, LastError: q.lastErr, LastFailed: q.lastRel}
+	st := Stats{Failed: q.nfailed, Written: q.written, LastError: q.lastErr, LastFailed: q.lastRel, Errors: q.nerrors}
 	var oldest time.Time
 	for _, it := range q.items {
 		if it.state == stCleaning {
 			continue
 		}
 		st.Dirty++
+		if len(st.DirtyPaths) < MaxListed {
+			st.DirtyPaths = append(st.DirtyPaths, it.rel)
+		}
+		if it.err != nil && len(st.FailedPaths) < MaxListed {
+			st.FailedPaths = append(st.FailedPaths, it.rel)
+		}
 		if !it.since.IsZero() && (oldest.IsZero() || it.since.Before(oldest)) {
 			oldest = it.since
 		}
@@ -455,6 +471,8 @@ func (q *Queue) Stats() Stats {
 	if !oldest.IsZero() {
 		st.OldestAge = time.Since(oldest)
 	}
+	slices.Sort(st.DirtyPaths)
+	slices.Sort(st.FailedPaths)
 	return st
 }
 
@@ -586,6 +604,7 @@ func (q *Queue) _failed(it *item, gen uint64, err error) {
 	}
 	it.err = err
 	it.failures++
+	q.nerrors++
 	q.lastErr, q.lastRel = err.Error(), it.rel
 	q._resolve(it, gen, err)
 	it.state = stFailed

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -593,13 +594,14 @@ func TestCloseCancelsInFlightPutAndKeepsItJournaled(t *testing.T) {
 
 func TestStats(t *testing.T) {
 	r := newRig(t, Options{Delay: never, MaxBackoff: never})
-	if st := r.q.Stats(); st != (Stats{}) {
+	if st := r.q.Stats(); !reflect.DeepEqual(st, Stats{}) {
 		t.Fatalf("fresh queue: %+v", st)
 	}
 	r.dirty(t, "a", "b", "c")
 	time.Sleep(5 * time.Millisecond) // so the age is measurable
 	st := r.q.Stats()
-	if st.Dirty != 3 || st.Failed != 0 || st.Written != 0 || st.OldestAge < 5*time.Millisecond {
+	if st.Dirty != 3 || st.Failed != 0 || st.Written != 0 || st.OldestAge < 5*time.Millisecond ||
+		!slices.Equal(st.DirtyPaths, []string{"a", "b", "c"}) || len(st.FailedPaths) != 0 {
 		t.Fatalf("3 dirty: %+v", st)
 	}
 	done := r.flush(context.Background())
@@ -609,7 +611,8 @@ func TestStats(t *testing.T) {
 	calls["c"].ok()
 	result(t, done)
 	st = r.q.Stats()
-	if st.Dirty != 1 || st.Failed != 1 || st.Written != 2 || st.LastFailed != "b" || st.LastError != "disk full" {
+	if st.Dirty != 1 || st.Failed != 1 || st.Written != 2 || st.LastFailed != "b" || st.LastError != "disk full" ||
+		st.Errors != 1 || !slices.Equal(st.FailedPaths, []string{"b"}) || !slices.Equal(st.DirtyPaths, []string{"b"}) {
 		t.Fatalf("after one failure: %+v", st)
 	}
 }
