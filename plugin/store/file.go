@@ -50,7 +50,7 @@ func (s *Store) Open(ctx context.Context, rel string, flags int, relNow func() (
 		// open first and ask the open file whether it is still a stub, one
 		// fgetxattr, rather than look the xattr up by path beforehand.
 	case s.IsStub(rel):
-		if err := s.EnsureContent(rel); err != nil {
+		if err := s.fetchForOpen(rel); err != nil {
 			return nil, err
 		}
 	default:
@@ -77,7 +77,7 @@ func (s *Store) Open(ctx context.Context, rel string, flags int, relNow func() (
 			return f, nil
 		}
 		f.local.Close()
-		if err := s.EnsureContent(rel); err != nil {
+		if err := s.fetchForOpen(rel); err != nil {
 			return nil, err
 		}
 		return f, open()

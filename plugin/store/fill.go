@@ -137,14 +137,41 @@ func (s *Store) copyAttrs(rel string, st *unix.Stat_t) error {
 
 // EnsureContent fetches the content of a stub from the host, once.
 func (s *Store) EnsureContent(rel string) error {
+	_, err := s.ensureContent(rel)
+	return err
+}
+
+// fetchForOpen is EnsureContent for a container's open: a file fetched for
+// it starts the read-ahead of its directory's other small files.
+func (s *Store) fetchForOpen(rel string) error {
+	fetched, err := s.ensureContent(rel)
+	if fetched {
+		s.prefetch.fetched(dirOf(rel))
+	}
+	return err
+}
+
+// ensureContent fetches rel's content if it is a stub, and says whether it
+// did.
+func (s *Store) ensureContent(rel string) (bool, error) {
 	if !s.IsStub(rel) {
-		return nil
+		return false, nil
 	}
 	unlock := s.locks.Lock("fetch:" + rel)
 	defer unlock()
 	if !s.IsStub(rel) {
-		return nil
+		return false, nil
 	}
+	return true, s.fetch(rel)
+}
+
+// testHookFetchCopied, if set (by tests), runs in a fetch between the copy
+// and the end of the fetch.
+var testHookFetchCopied func(rel string)
+
+// fetch copies rel's content from the host over its stub. The caller holds
+// the path's fetch lock.
+func (s *Store) fetch(rel string) error {
 	src, err := s.host.OpenFile(rel, unix.O_RDONLY, 0)
 	if err != nil {
 		return fmt.Errorf("fetch %q: %w", rel, err)
@@ -159,6 +186,9 @@ func (s *Store) EnsureContent(rel string) error {
 		return fmt.Errorf("fetch %q: %w", rel, err)
 	}
 	n, err := io.Copy(dst, src)
+	if testHookFetchCopied != nil {
+		testHookFetchCopied(rel)
+	}
 	if err == nil {
 		err = dst.Truncate(n)
 	}

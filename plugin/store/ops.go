@@ -175,7 +175,17 @@ func (s *Store) ReadDir(dir string) ([]hostpath.Entry, error) {
 	if err := s.EnsurePopulated(dir); err != nil {
 		return nil, err
 	}
-	return s.local.ReadDir(dir)
+	entries, err := s.local.ReadDir(dir)
+	if err == nil {
+		var subdirs []string
+		for _, e := range entries {
+			if e.Stat.Mode&unix.S_IFMT == unix.S_IFDIR {
+				subdirs = append(subdirs, e.Name)
+			}
+		}
+		s.prefetch.listed(dir, subdirs)
+	}
+	return entries, err
 }
 
 // Readlink returns a symlink's target, as stored: it is never followed here.
@@ -461,6 +471,11 @@ func (s *Store) prepareTruncate(rel string, size int64) error {
 		return nil
 	}
 	if size == 0 {
+		// Under the fetch lock: a fetch in progress (the container's own,
+		// or read-ahead) would otherwise go on copying the host's content
+		// into the file after it has been truncated.
+		unlock := s.locks.Lock("fetch:" + rel)
+		defer unlock()
 		return ignoreENODATA(s.local.Removexattr(rel, xattrStub))
 	}
 	return s.EnsureContent(rel)

@@ -101,6 +101,8 @@ type Store struct {
 	hits         atomic.Int64 // opens served from content already local (countHit)
 	writtenBytes atomic.Int64 // file content written back to the host (countWrittenBytes)
 	ops          sync.Map     // op kind -> *atomic.Int64 (CountOp)
+
+	prefetch *prefetcher // read-ahead from the host
 }
 
 // Open opens (creating if needed) the store described by cfg. For the
@@ -143,12 +145,14 @@ func Open(cfg Config) (*Store, error) {
 			s.log.Info("resuming writeback left by an earlier run", "pending", n)
 		}
 	}
+	s.prefetch = newPrefetcher(s)
 	return s, nil
 }
 
 // Close stops writeback (unwritten paths stay journaled) and releases the tree.
 func (s *Store) Close() error {
 	var errs []error
+	s.prefetch.close()
 	if s.queue != nil {
 		s.queue.Close()
 	}
