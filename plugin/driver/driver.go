@@ -96,6 +96,9 @@ type volume struct {
 	// Unmount of the same ID): a set would end the container's mount there.
 	ids     map[string]int
 	pending int // Mounts in progress (Remove waits for none)
+	// releasing counts the Unmounts in progress of each ID, persisted so
+	// that one cut short by a crash is ended at the next start (see load).
+	releasing map[string]int
 }
 
 // keyState is the front of one key and what uses it.
@@ -428,6 +431,15 @@ func (d *Driver) unmount(ctx context.Context, name, id string) error {
 	}
 	ks := d.keyState(v)
 	front := ks.front
+	if v.releasing == nil {
+		v.releasing = make(map[string]int)
+	}
+	v.releasing[id]++
+	if err := d.saveLocked(); err != nil {
+		v.releasing[id]--
+		d.mu.Unlock()
+		return err
+	}
 	d.mu.Unlock()
 
 	// The front stays open while our id is active: flush without locks.
@@ -450,9 +462,14 @@ func (d *Driver) unmount(ctx context.Context, name, id string) error {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	d.mu.Lock()
+	// This Unmount is over: saved below with the count it ends.
+	if v.releasing[id]--; v.releasing[id] <= 0 {
+		delete(v.releasing, id)
+	}
 	if v.ids[id] == 0 { // a concurrent Unmount of the same id ended it
+		saveErr := d.saveLocked()
 		d.mu.Unlock()
-		return flushErr
+		return errors.Join(flushErr, saveErr)
 	}
 	if v.ids[id]--; v.ids[id] == 0 {
 		delete(v.ids, id)

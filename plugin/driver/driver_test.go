@@ -715,3 +715,52 @@ func TestConcurrentMounts(t *testing.T) {
 		}
 	}
 }
+
+// A plugin killed inside Unmount (during its flush, say): the daemon does
+// not send that Unmount again, so the restarted plugin ends the mount itself
+// (its changes are journaled and resumed), and the volume can be removed.
+// Another mount of the same ID (docker cp while the container runs) is kept.
+func TestRestartEndsAnUnmountCutShort(t *testing.T) {
+	dir := t.TempDir()
+	op1 := newFakeOpener()
+	inFlush := make(chan struct{})
+	op1.flush = func(ctx context.Context, key string) error {
+		close(inFlush)
+		<-ctx.Done() // the plugin dies here
+		return ctx.Err()
+	}
+	d1 := newTestDriver(t, dir, op1)
+	mustCreate(t, d1, "dlg", map[string]string{"source": "/data/a", "state": "delegated"})
+	mustCreate(t, d1, "two", map[string]string{"source": "/data/b", "state": "cached"})
+	mustMount(t, d1, "dlg", "c1")
+	mustMount(t, d1, "two", "c2")
+	mustMount(t, d1, "two", "c2") // docker cp of the running container
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- d1.Unmount(ctx, "dlg", "c1") }()
+	<-inFlush
+	// The plugin dies now: what the next one reads is what is on disk.
+	b, err := os.ReadFile(stateFile(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapshot := t.TempDir()
+	if err := os.WriteFile(stateFile(snapshot), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-done
+	mustUnmount(t, d1, "two", "c2") // one of c2's two mounts ends normally
+
+	// The snapshot is the crash; dir is after the Unmount gave up (its
+	// count ended normally).
+	for _, state := range []string{snapshot, dir} {
+		d2 := newTestDriver(t, state, newFakeOpener())
+		if err := d2.Remove(t.Context(), "dlg"); err != nil {
+			t.Fatalf("remove after an Unmount cut short (%s): %v", state, err)
+		}
+		if err := d2.Remove(t.Context(), "two"); KindOf(err) != KindInUse {
+			t.Fatalf("remove of a volume still mounted by c2: %v", err)
+		}
+	}
+}

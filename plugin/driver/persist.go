@@ -25,6 +25,10 @@ type volumeRecord struct {
 	Opts      map[string]string `json:"opts"`
 	CreatedAt time.Time         `json:"created_at"`
 	Mounts    []string          `json:"mounts,omitempty"` // active mount IDs, one entry per active Mount
+	// Releasing are mount IDs whose Unmount had begun (one entry per
+	// Unmount in progress). Found at load, they are Unmounts a crash cut
+	// short: the daemon does not send them again, so they are done then.
+	Releasing []string `json:"releasing,omitempty"`
 }
 
 func stateFile(dir string) string { return filepath.Join(dir, "volumes.json") }
@@ -48,6 +52,7 @@ func (d *Driver) load() error {
 	if doc.Version != stateVersion {
 		return fmt.Errorf("driver: %s has format version %d, this plugin reads %d", d.file, doc.Version, stateVersion)
 	}
+	interrupted := false
 	for _, r := range doc.Volumes {
 		if r.Name == "" || d.vols[r.Name] != nil {
 			d.log.Error("skipping a nameless or duplicate volume in the state file", "volume", r.Name, "file", d.file)
@@ -60,6 +65,18 @@ func (d *Driver) load() error {
 		for _, id := range r.Mounts {
 			v.ids[id]++
 		}
+		for _, id := range r.Releasing {
+			// The container is gone and its changes are journaled (the
+			// store resumes their writeback): only the count is left to end.
+			if v.ids[id] > 0 {
+				if v.ids[id]--; v.ids[id] == 0 {
+					delete(v.ids, id)
+				}
+				d.log.Warn("an Unmount was cut short by a restart; the mount is ended now and its changes are written back from the journal",
+					"volume", v.name, "id", id)
+				interrupted = true
+			}
+		}
 		v.opts, v.broken = parseOptions(v.raw, nil)
 		d.vols[v.name] = v
 		if v.broken != nil {
@@ -70,6 +87,9 @@ func (d *Driver) load() error {
 		d.keyState(v).users += activeMounts(v)
 	}
 	d.log.Info("volumes loaded", "file", d.file, "volumes", len(d.vols))
+	if interrupted {
+		return d.saveLocked()
+	}
 	return nil
 }
 
@@ -83,6 +103,7 @@ func (d *Driver) saveLocked() error {
 			Opts:      v.raw,
 			CreatedAt: v.created,
 			Mounts:    mountList(v),
+			Releasing: releasingList(v),
 		})
 	}
 	b, err := json.MarshalIndent(doc, "", "  ")
@@ -135,6 +156,17 @@ func mountList(v *volume) []string {
 	var out []string
 	for _, id := range slices.Sorted(maps.Keys(v.ids)) {
 		for range v.ids[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// releasingList is v's Unmounts in progress, as mountList.
+func releasingList(v *volume) []string {
+	var out []string
+	for _, id := range slices.Sorted(maps.Keys(v.releasing)) {
+		for range v.releasing[id] {
 			out = append(out, id)
 		}
 	}
