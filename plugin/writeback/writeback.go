@@ -136,6 +136,13 @@ const MaxListed = 1000
 
 type state uint8
 
+// parked reports whether it waits outside the heap: held (see Hold), dirty
+// or failed, and no Put running. A failed item is parked too when a Hold
+// comes during its backoff; Release and Flush must put it back either way.
+func (it *item) parked() bool {
+	return it.index < 0 && (it.state == stDirty || it.state == stFailed)
+}
+
 const (
 	stJournaling state = iota // first "dirty" record being appended; MarkDirty waits
 	stDirty                   // in the heap, waiting for its delay
@@ -322,7 +329,7 @@ func (q *Queue) Release(rel string) {
 	}
 	it.holds--
 	it.gen++
-	if it.holds == 0 && it.state == stDirty && it.index < 0 {
+	if it.holds == 0 && it.parked() {
 		it.due = time.Now().Add(q.opts.Delay)
 		q._push(it)
 	}
@@ -435,7 +442,7 @@ func (q *Queue) _await(f *flusher, it *item, now time.Time) {
 	}
 	f.open[it] = struct{}{}
 	it.waits = append(it.waits, waiter{f: f, gen: it.gen})
-	if it.index < 0 && it.state == stDirty { // held: parked outside the heap
+	if it.parked() { // held: parked outside the heap
 		it.due = now
 		q._push(it)
 		return

@@ -739,3 +739,47 @@ func TestD2_HeldPathWrittenOnFlushAndAfterRelease(t *testing.T) {
 	}
 	wantJournal(t, r.j)
 }
+
+// A path whose Put failed and that is then held (opened for writing during
+// its backoff) waits outside the schedule like any held path, but is not
+// forgotten there: a Flush retries it at once (rule D4: the exit flush of a
+// container must not wait out a backoff, let alone forever), and so does
+// its Release.
+func TestD4_FailedThenHeldPathIsStillRetried(t *testing.T) {
+	for _, end := range []string{"flush", "release"} {
+		t.Run(end, func(t *testing.T) {
+			r := newRig(t, Options{Delay: 200 * time.Millisecond, MaxBackoff: never})
+			r.dirty(t, "p")
+			r.p.next(t).fail(errors.New("share went away"))
+			for r.q.Stats().Failed == 0 { // the failure is recorded, the retry due in 200 ms
+				time.Sleep(time.Millisecond)
+			}
+			// Held during its backoff.
+			if err := r.q.Hold("p"); err != nil {
+				t.Fatal(err)
+			}
+			switch end {
+			case "flush":
+				r.p.none(t, 400*time.Millisecond) // held: not retried on its own
+				done := make(chan error, 1)
+				go func() { done <- r.q.Flush(t.Context(), "p") }()
+				r.p.next(t).ok()
+				if err := <-done; err != nil {
+					t.Fatalf("flush of a failed, then held path: %v", err)
+				}
+				r.q.Release("p")
+				r.p.next(t).ok()
+			case "release":
+				r.q.Release("p")
+				r.p.next(t).ok()
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for r.q.IsDirty("p") {
+				if time.Now().After(deadline) {
+					t.Fatal("written, but still dirty")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+}
