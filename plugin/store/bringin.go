@@ -39,30 +39,44 @@ func (s *Store) BringIn(fn func() error) error {
 // a stub gets the new size and attributes (still fetched lazily); a file
 // whose content was fetched gets the new content now, so open readers see it
 // at once; directories and others get the attributes. Call within BringIn.
-func (s *Store) RefreshEntry(rel string, st *unix.Stat_t) error {
+// It reports whether there was anything to bring in.
+func (s *Store) RefreshEntry(rel string, st *unix.Stat_t) (bool, error) {
 	s.apply.Lock()
 	defer s.apply.Unlock()
 	if s.Busy(rel) {
-		return ErrBusy
+		return false, ErrBusy
 	}
+	// st was read when the refresh planned this change, without the lock:
+	// the container may have changed rel since (a chmod, a truncate, a
+	// write written through to the host, each taking the host's new state
+	// as its base). Look again now that nothing else runs, and apply what
+	// the host has now, only if it still differs from the base.
+	hst, err := s.host.Lstat(rel)
+	if err != nil {
+		return false, err
+	}
+	if b, ok := s.Base(rel); ok && b.Matches(&hst) {
+		return false, nil // what the store has is what the host has
+	}
+	st = &hst
 	lst, err := s.local.Lstat(rel)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if lst.Mode&unix.S_IFMT != st.Mode&unix.S_IFMT {
-		return errors.New("store: refresh: type changed; replace instead")
+		return false, errors.New("store: refresh: type changed; replace instead")
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFREG {
 		if !s.IsStub(rel) {
 			if err := s.local.Setxattr(rel, xattrStub, []byte("1"), 0); err != nil {
-				return err
+				return false, err
 			}
 			if err := s.EnsureContent(rel); err != nil {
-				return err
+				return false, err
 			}
 		} else if err := s.local.Truncate(rel, st.Size); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return s.copyAttrs(rel, st)
+	return true, s.copyAttrs(rel, st)
 }

@@ -459,6 +459,16 @@ func (s *Store) Setattr(ctx context.Context, rel string, a Attrs) error {
 	if isHostOrigin(ctx) && s.Busy(rel) {
 		return ErrBusy
 	}
+	if isHostOrigin(ctx) && a.Size != nil {
+		// The refresher truncates a file it refreshed to its own size, for
+		// the IN_MODIFY that raises: the size is the store's now, not the
+		// one the refresh planned with (the container may have written
+		// since, through to the host).
+		if st, err := s.local.Lstat(rel); err == nil {
+			size := st.Size
+			a.Size = &size
+		}
+	}
 	return s.do(r, []string{rel},
 		func() error { return applyAttrs(s.host, rel, a) },
 		func() error { return applyAttrs(s.local, rel, a) })
