@@ -43,3 +43,34 @@ func TestRefreshAppliesTheHostAsItIsNow(t *testing.T) {
 		t.Fatalf("after a refresh planned before the container's chmod, the store has mode %o, want 755", st.Mode&0o7777)
 	}
 }
+
+// A file open for writing through to the host is left alone by the host
+// refresh under every name it has: refreshing it under another name (a hard
+// link) would change it under the writer (rule C3: what the container wrote
+// is what it reads).
+func TestBusyCoversEveryNameOfAFileOpenForWriting(t *testing.T) {
+	s := openTestStore(t, consistency.Cached, func(h string) {
+		os.WriteFile(filepath.Join(h, "f"), []byte("host"), 0o644)
+		os.Link(filepath.Join(h, "f"), filepath.Join(h, "g"))
+		os.WriteFile(filepath.Join(h, "other"), []byte("x"), 0o644)
+	})
+	if err := s.EnsurePopulated(""); err != nil {
+		t.Fatal(err)
+	}
+	f, err := s.Open(context.Background(), "f", unix.O_WRONLY, func() (string, bool) { return "f", true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Busy("f") || !s.Busy("g") {
+		t.Fatalf("open for writing as f: busy f %v, g %v; want both", s.Busy("f"), s.Busy("g"))
+	}
+	if s.Busy("other") {
+		t.Fatal("an unrelated file is busy")
+	}
+	if err := f.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if s.Busy("f") || s.Busy("g") {
+		t.Fatal("still busy after release")
+	}
+}

@@ -92,7 +92,7 @@ func (s *Store) Open(ctx context.Context, rel string, flags int, relNow func() (
 			hf.Close()
 			return nil, err
 		}
-		f.unbusy = s.holdBusy(rel)
+		f.unbusy = s.holdBusy(rel, f.local)
 		if trunc {
 			s.rebase(rel)
 		}
@@ -144,7 +144,7 @@ func (s *Store) Create(ctx context.Context, rel string, flags int, mode uint32, 
 		return nil, err
 	}
 	if f.host != nil {
-		f.unbusy = s.holdBusy(rel)
+		f.unbusy = s.holdBusy(rel, f.local)
 	}
 	return f, nil
 }

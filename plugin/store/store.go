@@ -82,8 +82,9 @@ type Store struct {
 	linksMu   sync.Mutex // writeback of host files with several names, one at a time
 	threads   Threads    // OS threads whose requests are host-origin
 
-	busyMu sync.Mutex
-	busy   map[string]int // paths open for writing through to the host (cached)
+	busyMu  sync.Mutex
+	busy    map[string]int // paths open for writing through to the host (cached)
+	busyIno map[uint64]int // their store files, by inode (for their other names)
 
 	conflicts atomic.Int64 // host copies kept aside (D7)
 
@@ -370,21 +371,53 @@ func (s *Store) Busy(rel string) bool {
 		return true
 	}
 	s.busyMu.Lock()
+	if s.busy[rel] > 0 {
+		s.busyMu.Unlock()
+		return true
+	}
+	anyOpen := len(s.busyIno) > 0
+	s.busyMu.Unlock()
+	if !anyOpen {
+		return false
+	}
+	// Another name of a file open for writing (a hard link) is busy too:
+	// bringing the host in under one name changes the file under all.
+	st, err := s.local.Lstat(rel)
+	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink < 2 {
+		return false
+	}
+	s.busyMu.Lock()
 	defer s.busyMu.Unlock()
-	return s.busy[rel] > 0
+	return s.busyIno[st.Ino] > 0
 }
 
-func (s *Store) holdBusy(rel string) func() {
+// holdBusy marks rel, and the store file f (by inode, for its other
+// names), busy until the returned func is called.
+func (s *Store) holdBusy(rel string, f *os.File) func() {
+	var ino uint64
+	var st unix.Stat_t
+	if f != nil && unix.Fstat(int(f.Fd()), &st) == nil {
+		ino = st.Ino
+	}
 	s.busyMu.Lock()
 	if s.busy == nil {
 		s.busy = make(map[string]int)
+		s.busyIno = make(map[uint64]int)
 	}
 	s.busy[rel]++
+	if ino != 0 {
+		s.busyIno[ino]++
+	}
 	s.busyMu.Unlock()
 	return func() {
 		s.busyMu.Lock()
 		if s.busy[rel]--; s.busy[rel] <= 0 {
 			delete(s.busy, rel)
+		}
+		if ino != 0 {
+			if s.busyIno[ino]--; s.busyIno[ino] <= 0 {
+				delete(s.busyIno, ino)
+			}
 		}
 		s.busyMu.Unlock()
 	}
