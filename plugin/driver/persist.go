@@ -152,21 +152,16 @@ func writeFileAtomic(path string, data []byte) (err error) {
 
 // mountList is v's active mounts for volumes.json: each ID as many times as
 // it is mounted, sorted.
-func mountList(v *volume) []string {
-	var out []string
-	for _, id := range slices.Sorted(maps.Keys(v.ids)) {
-		for range v.ids[id] {
-			out = append(out, id)
-		}
-	}
-	return out
-}
+func mountList(v *volume) []string { return countedList(v.ids) }
 
 // releasingList is v's Unmounts in progress, as mountList.
-func releasingList(v *volume) []string {
+func releasingList(v *volume) []string { return countedList(v.releasing) }
+
+// countedList lists each key of counts as many times as it counts, sorted.
+func countedList(counts map[string]int) []string {
 	var out []string
-	for _, id := range slices.Sorted(maps.Keys(v.releasing)) {
-		for range v.releasing[id] {
+	for _, id := range slices.Sorted(maps.Keys(counts)) {
+		for range counts[id] {
 			out = append(out, id)
 		}
 	}

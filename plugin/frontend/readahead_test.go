@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bindstate/bindstate/plugin/consistency"
 	"github.com/bindstate/bindstate/plugin/store"
 )
 
@@ -74,29 +73,5 @@ func TestReadAheadFetchesSiblingsAndListsSubdirs(t *testing.T) {
 				t.Errorf("d/big: %d bytes", len(got))
 			}
 		})
-	}
-}
-
-// A truncating open of a file being fetched ahead must not get the host's
-// content copied in after the truncation (rule D1: what the container wrote
-// is what it reads).
-func TestReadAheadAndTruncateDoNotMix(t *testing.T) {
-	r := newRig(t, consistency.Delegated, func(h string) {
-		os.MkdirAll(filepath.Join(h, "d"), 0o755)
-		for i := range 100 {
-			writeFile(t, filepath.Join(h, fmt.Sprintf("d/f%03d", i)), strings.Repeat("h", 1<<20))
-		}
-	})
-	readFile(t, r.mntPath("d/f000")) // starts the read-ahead of the other 99
-	for i := 99; i > 0; i-- {
-		p := r.mntPath(fmt.Sprintf("d/f%03d", i))
-		if err := os.WriteFile(p, []byte("mine"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := 99; i > 0; i-- {
-		if got := readFile(t, r.mntPath(fmt.Sprintf("d/f%03d", i))); got != "mine" {
-			t.Fatalf("d/f%03d: %d bytes, want what the container wrote", i, len(got))
-		}
 	}
 }

@@ -730,13 +730,7 @@ func TestD2_HeldPathWrittenOnFlushAndAfterRelease(t *testing.T) {
 
 	r.q.Release("big")
 	r.p.next(t).ok()
-	deadline := time.Now().Add(5 * time.Second)
-	for r.q.IsDirty("big") {
-		if time.Now().After(deadline) {
-			t.Fatal("released and written, but still dirty")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	r.waitClean(t, "big")
 	wantJournal(t, r.j)
 }
 
@@ -773,13 +767,20 @@ func TestD4_FailedThenHeldPathIsStillRetried(t *testing.T) {
 				r.q.Release("p")
 				r.p.next(t).ok()
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for r.q.IsDirty("p") {
-				if time.Now().After(deadline) {
-					t.Fatal("written, but still dirty")
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+			r.waitClean(t, "p")
 		})
+	}
+}
+
+// waitClean waits (at most 5 s) for rel, whose last Put has been answered,
+// to be marked clean.
+func (r *rig) waitClean(t *testing.T, rel string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for r.q.IsDirty(rel) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s written, but still dirty", rel)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
