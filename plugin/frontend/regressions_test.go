@@ -206,3 +206,43 @@ func TestD4_RenameSymlinkIntoDirectoryNotYetOnHost(t *testing.T) {
 		t.Fatalf("host newdir/l: %q %v", tgt, err)
 	}
 }
+
+// The kernel refuses to mix passthrough and ordinary opens of one file, and
+// go-fuse makes every open of a file already open by passthrough a
+// passthrough open too. A file held open by a reader (passthrough) must
+// still open for writing, and its writes must be journaled and written back
+// (rule D4) though the plugin never sees them; in any order, with both kept
+// open, and what one writes the other reads.
+func TestPassthroughAndOrdinaryOpensOfOneFileMix(t *testing.T) {
+	r := newRig(t, consistency.Delegated, func(h string) { writeFile(t, filepath.Join(h, "f"), "host") })
+	for i, order := range [][2]int{{os.O_RDONLY, os.O_RDWR}, {os.O_RDWR, os.O_RDONLY}, {os.O_RDONLY, os.O_WRONLY}, {os.O_WRONLY, os.O_RDWR}} {
+		a, err := os.OpenFile(r.mntPath("f"), order[0], 0)
+		if err != nil {
+			t.Fatalf("first open (flags %#x): %v", order[0], err)
+		}
+		b, err := os.OpenFile(r.mntPath("f"), order[1], 0)
+		if err != nil {
+			a.Close()
+			t.Fatalf("open with flags %#x while open with %#x: %v", order[1], order[0], err)
+		}
+		w, rd := a, b
+		if order[0] == os.O_RDONLY {
+			w, rd = b, a
+		}
+		payload := fmt.Sprintf("v%03d", i)
+		if _, err := w.WriteAt([]byte(payload), 0); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 4)
+		if _, err := rd.ReadAt(buf, 0); err != nil || string(buf) != payload {
+			t.Fatalf("case %d: the other handle reads %q (%v), want %q", i, buf, err, payload)
+		}
+		a.Close()
+		b.Close()
+		waitFor(t, "the write on the host", func() bool {
+			r.flush(t)
+			b, _ := os.ReadFile(r.hostPath("f"))
+			return string(b) == payload
+		})
+	}
+}

@@ -26,7 +26,7 @@ type handle struct {
 	killPriv    atomic.Bool
 	wrote       atomic.Bool // BeginWrite done
 	passthrough bool        // the kernel reads and writes the store file itself
-	node        *node       // whose cachedOpens counts this handle if not passthrough
+	node        *node       // whose open counts include this handle
 }
 
 // PassthroughFd hands the kernel the store file for FUSE passthrough, when
@@ -54,17 +54,32 @@ func (f *filesystem) newHandle(ctx context.Context, n *node, file *store.File, f
 	// mapping is of the store file itself, so msync(MS_SYNC) would never
 	// reach the plugin (rule D2). Read-only and write-only opens (readers,
 	// compilers, logs, dd) are the ones passthrough speeds up.
-	if f.passthrough && flags&unix.O_ACCMODE != unix.O_RDWR && n.cachedOpens.Load() == 0 && file.Passthrough(ctx) {
-		h.passthrough = true
-		if write {
-			if err := file.BeginWrite(ctx); err != nil {
-				return nil, err
-			}
-			h.wrote.Store(true)
-		}
+	want := f.passthrough && flags&unix.O_ACCMODE != unix.O_RDWR && file.Passthrough(ctx)
+	n.opensMu.Lock()
+	switch {
+	case n.ptOpens > 0:
+		// Already open by passthrough: an ordinary open would fail (EIO),
+		// so this one is passthrough too, whatever it is. (An O_RDWR open
+		// made now has its msync served from the store file: its data is
+		// journaled at release and written back then or on fsync.)
+		h.passthrough = f.passthrough
+	case n.cachedOpens > 0:
+		h.passthrough = false
+	default:
+		h.passthrough = want
 	}
-	if !h.passthrough {
-		n.cachedOpens.Add(1)
+	if h.passthrough {
+		n.ptOpens++
+	} else {
+		n.cachedOpens++
+	}
+	n.opensMu.Unlock()
+	if h.passthrough && write {
+		if err := file.BeginWrite(ctx); err != nil {
+			h.release()
+			return nil, err
+		}
+		h.wrote.Store(true)
 	}
 	if write {
 		var st unix.Stat_t
@@ -78,6 +93,17 @@ func (f *filesystem) newHandle(ctx context.Context, n *node, file *store.File, f
 		}
 	}
 	return h, nil
+}
+
+// release uncounts the handle on its node.
+func (h *handle) release() {
+	h.node.opensMu.Lock()
+	if h.passthrough {
+		h.node.ptOpens--
+	} else {
+		h.node.cachedOpens--
+	}
+	h.node.opensMu.Unlock()
 }
 
 // capabilityXattr holds file capabilities; a write removes it (as the
@@ -136,9 +162,7 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
-	if !h.passthrough {
-		h.node.cachedOpens.Add(-1)
-	}
+	h.release()
 	return h.fs.errno(h.file.Release(), "release", h.file.Rel())
 }
 

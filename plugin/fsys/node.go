@@ -2,7 +2,7 @@ package fsys
 
 import (
 	"context"
-	"sync/atomic"
+	"sync"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -18,10 +18,15 @@ type node struct {
 	fs.Inode
 	fs *filesystem
 
-	// cachedOpens counts this file's open handles that are not served by
-	// passthrough. The kernel refuses to mix the two on one inode, so no
-	// handle asks for passthrough while this is above zero (see newHandle).
-	cachedOpens atomic.Int32
+	// The kernel refuses to mix passthrough and ordinary (cached) opens of
+	// one inode: the open that would mix fails with EIO. So each open's mode
+	// is chosen, and counted, under opensMu (see newHandle): the first open
+	// decides, later ones follow it while any is open. Counts may run a
+	// little high (the kernel forgets a closed file before its RELEASE
+	// reaches us), which only makes a later open follow an old choice.
+	opensMu     sync.Mutex
+	cachedOpens int // open handles served by the plugin
+	ptOpens     int // open handles served by passthrough
 }
 
 var (
