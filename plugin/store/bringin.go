@@ -35,22 +35,21 @@ func (s *Store) BringIn(fn func() error) error {
 	return s.threads.Run(fn)
 }
 
-// RefreshEntry updates the store entry rel from the host entry st, in place:
+// RefreshEntry updates the store entry rel from the host entry, in place:
 // a stub gets the new size and attributes (still fetched lazily); a file
 // whose content was fetched gets the new content now, so open readers see it
 // at once; directories and others get the attributes. Call within BringIn.
 // It reports whether there was anything to bring in.
-func (s *Store) RefreshEntry(rel string, st *unix.Stat_t) (bool, error) {
+func (s *Store) RefreshEntry(rel string) (bool, error) {
 	s.apply.Lock()
 	defer s.apply.Unlock()
 	if s.Busy(rel) {
 		return false, ErrBusy
 	}
-	// st was read when the refresh planned this change, without the lock:
-	// the container may have changed rel since (a chmod, a truncate, a
-	// write written through to the host, each taking the host's new state
-	// as its base). Look again now that nothing else runs, and apply what
-	// the host has now, only if it still differs from the base.
+	// The host is read here, under the lock, not taken from the refresh's
+	// listing: the container may have changed rel since (a chmod, a
+	// truncate, a write through to the host, each taking the host's new
+	// state as its base), and the listing's attributes would undo that.
 	hst, err := s.host.Lstat(rel)
 	if err != nil {
 		return false, err
@@ -58,7 +57,7 @@ func (s *Store) RefreshEntry(rel string, st *unix.Stat_t) (bool, error) {
 	if b, ok := s.Base(rel); ok && b.Matches(&hst) {
 		return false, nil // what the store has is what the host has
 	}
-	st = &hst
+	st := &hst
 	lst, err := s.local.Lstat(rel)
 	if err != nil {
 		return false, err

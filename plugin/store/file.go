@@ -49,12 +49,10 @@ func (s *Store) Open(ctx context.Context, rel string, flags int, relNow func() (
 		// Read-only opens (most of them: compilers, go list, git status)
 		// open first and ask the open file whether it is still a stub, one
 		// fgetxattr, rather than look the xattr up by path beforehand.
-	case s.IsStub(rel):
+	default:
 		if err := s.fetchForOpen(rel); err != nil {
 			return nil, err
 		}
-	default:
-		s.countHit()
 	}
 	f := &File{s: s, rel: relNow, write: write, name: rel}
 	open := func() error {

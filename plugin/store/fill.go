@@ -141,12 +141,15 @@ func (s *Store) EnsureContent(rel string) error {
 	return err
 }
 
-// fetchForOpen is EnsureContent for a container's open: a file fetched for
-// it starts the read-ahead of its directory's other small files.
+// fetchForOpen is EnsureContent for a container's open: it counts an open
+// of content already here as a cache hit, and a file fetched for it starts
+// the read-ahead of its directory's other small files.
 func (s *Store) fetchForOpen(rel string) error {
 	fetched, err := s.ensureContent(rel)
 	if fetched {
 		s.prefetch.fetched(dirOf(rel))
+	} else if err == nil {
+		s.countHit()
 	}
 	return err
 }

@@ -175,7 +175,7 @@ func (r *Refresher) apply(dir string, a Action) error {
 			}
 			return r.create(rel, &a.Host)
 		default:
-			if changed, err := r.store.RefreshEntry(rel, &a.Host); err != nil || !changed {
+			if changed, err := r.store.RefreshEntry(rel); err != nil || !changed {
 				return err
 			}
 			r.inval.Invalidate(rel, true, false)
