@@ -242,11 +242,6 @@ type exerciser struct {
 	count map[string]int
 }
 
-// exLinkWorkaround: hard links in delegated mounts have known bugs
-// (knownbugs_test.go); the exerciser makes none there. Set it to false once
-// those tests pass.
-const exLinkWorkaround = true
-
 func dirOf(p string) string {
 	if d := path.Dir(p); d != "." {
 		return d
@@ -530,13 +525,6 @@ func (x *exerciser) op() {
 		if !free {
 			return
 		}
-		if x.st == consistency.Delegated && exLinkWorkaround {
-			// known bugs with hard links in delegated mounts
-			// (knownbugs_test.go: TestD2_LinkIntoDirectoryNotYetOnHost,
-			// TestD2_FsyncThroughAnotherHardLink, TestD7_HardLinkWritebackFakesConflict):
-			// no links there until they are fixed
-			return
-		}
 		x.log("link %s -> %s", p, to)
 		x.must(os.Link(mp(p), mp(to)), "link "+p+" "+to)
 		x.m.files[to] = x.m.files[p]
@@ -627,12 +615,6 @@ func (x *exerciser) op() {
 		x.must(err, "open "+p)
 		x.must(f.Sync(), "fsync "+p)
 		x.must(f.Close(), "close "+p)
-		if x.st == consistency.Delegated && exLinkWorkaround && x.m.nlink(x.m.files[p]) > 1 {
-			// known bug (TestD2_FsyncThroughAnotherHardLink): the journal
-			// knows names, not inodes; checked at the next flush instead
-			x.count["fsync-hardlinked"]++
-			return
-		}
 		want := x.m.files[p].data
 		got, err := os.ReadFile(x.r.hostPath(p))
 		if err != nil {
@@ -674,7 +656,11 @@ func (x *exerciser) compare(what, root string) {
 	if d := diffDesc(x.m.describe(), got, 10); len(d) > 0 {
 		for _, l := range d {
 			if i := strings.Index(l[1:], `"`); i > 0 {
-				x.focus = append(x.focus, l[1:i+1])
+				p := l[1 : i+1]
+				x.focus = append(x.focus, p)
+				if j := strings.Index(p, ".bindstate-conflict-"); j > 0 {
+					x.focus = append(x.focus, p[:j]) // the path it was kept aside from
+				}
 			}
 		}
 		x.fail("%s differs from the model:\n  %s", what, strings.Join(d, "\n  "))

@@ -86,25 +86,24 @@ func TestC3_RefreshRacesWithWriteThrough(t *testing.T) {
 }
 
 // rule D2: fsync of a file returns once its data is on the host, whatever
-// name it was written through. This simple case passes; the exerciser found
-// it failing after a directory rename between the link and the write
-// (delegated, with hard links enabled: exLinkWorkaround=false; most seeds
-// fail within a few hundred operations).
+// name it was written through. The journal lists a write under the name it
+// was made through (b, held open so it is not written back on its own): an
+// fsync through a must still carry it to the host.
 func TestD2_FsyncThroughAnotherHardLink(t *testing.T) {
 	r := newRig(t, consistency.Delegated, nil)
 	writeFile(t, r.mntPath("a"), "v1")
 	if err := os.Link(r.mntPath("a"), r.mntPath("b")); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.OpenFile(r.mntPath("b"), os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(r.mntPath("a"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer f.Close()
 	if _, err := f.WriteString("+v2"); err != nil {
 		t.Fatal(err)
 	}
-	f.Close()
-	g, err := os.Open(r.mntPath("a"))
+	g, err := os.Open(r.mntPath("b"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,16 +111,14 @@ func TestD2_FsyncThroughAnotherHardLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.Close()
-	if got := readFile(t, r.hostPath("a")); got != "v1+v2" {
-		t.Fatalf("after fsync of a (written through its link b) the host has %q, want %q", got, "v1+v2")
+	if got := readFile(t, r.hostPath("b")); got != "v1+v2" {
+		t.Fatalf("after fsync of b (written through its link a) the host has %q, want %q", got, "v1+v2")
 	}
 }
 
 // rule D7 (a conflict is a host change): writing back one name of a hard
 // link rewrites the shared host inode in place (putFile, nlink > 1); the
-// other names must not then look changed on the host. This simple case
-// passes; the exerciser found spurious conflict copies with hard links
-// (exLinkWorkaround=false).
+// other names must not then look changed on the host.
 func TestD7_HardLinkWritebackFakesConflict(t *testing.T) {
 	r := newRig(t, consistency.Delegated, func(h string) {
 		writeFile(t, filepath.Join(h, "a"), "v1")
@@ -244,5 +241,144 @@ func TestPassthroughAndOrdinaryOpensOfOneFileMix(t *testing.T) {
 			b, _ := os.ReadFile(r.hostPath("f"))
 			return string(b) == payload
 		})
+	}
+}
+
+// rule D7 (a conflict is a host change, nothing else): the container removes
+// a directory the host has and makes a file at its name. The host still has
+// the directory it had, so writing the file back replaces it without keeping
+// a conflict copy. The exerciser found this (seed 6, BINDSTATE_EXERCISE_STRICT=1):
+// rmdir kept no record of what the host had there, unlike unlink.
+func TestD7_FileReplacingARemovedDirectoryIsNoConflict(t *testing.T) {
+	r := newRig(t, consistency.Delegated, func(h string) {
+		if err := os.MkdirAll(filepath.Join(h, "a", "e"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err := os.Remove(r.mntPath("a/e")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, r.mntPath("a/e"), "now a file")
+	r.flush(t)
+	if m, _ := filepath.Glob(r.hostPath("a/*.bindstate-conflict-*")); len(m) > 0 {
+		t.Fatalf("no host edit, yet conflict copies %v", m)
+	}
+	if got := readFile(t, r.hostPath("a/e")); got != "now a file" {
+		t.Fatalf("host a/e = %q, want the container's file", got)
+	}
+	assertNoConflictInMount(t, r, "a")
+}
+
+// rule D7: a symlink's base (kept in memory: user xattrs are not allowed on
+// symlinks) must follow the directory it is in when the directory is renamed.
+// Left at the old path, the symlink replaced by a file under the new name
+// looked changed on the host: a conflict copy on both sides (exerciser seed 6).
+func TestD7_SymlinkMovedWithItsDirectoryKeepsItsBase(t *testing.T) {
+	r := newRig(t, consistency.Delegated, func(h string) {
+		if err := os.Mkdir(filepath.Join(h, "d"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("nonexistent", filepath.Join(h, "d", "l")); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// The store lists d (and learns the symlink's base) before the rename.
+	if _, err := os.ReadDir(r.mntPath("d")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(r.mntPath("d"), r.mntPath("e")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(r.mntPath("e/l")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, r.mntPath("e/l"), "a file now")
+	r.flush(t)
+	if m, _ := filepath.Glob(r.hostPath("e/*.bindstate-conflict-*")); len(m) > 0 {
+		t.Fatalf("no host edit, yet conflict copies %v", m)
+	}
+	if got := readFile(t, r.hostPath("e/l")); got != "a file now" {
+		t.Fatalf("host e/l = %q, want the container's file", got)
+	}
+	assertNoConflictInMount(t, r, "e")
+}
+
+// assertNoConflictInMount fails if a conflict copy shows in the mount's dir.
+func assertNoConflictInMount(t *testing.T, r *rig, dir string) {
+	t.Helper()
+	if m, _ := filepath.Glob(r.mntPath(dir + "/*.bindstate-conflict-*")); len(m) > 0 {
+		t.Fatalf("conflict copies in the mount: %v", m)
+	}
+}
+
+// rule D4 (nothing lost): the container writes a file through one of its two
+// names and removes that name before the write is written back. The journal
+// lists the write under the removed name; the other name must still reach
+// the host with it. Before, the removal was journaled too, and its writeback
+// only removed the name: the write was lost.
+func TestD4_WriteThroughARemovedHardLinkReachesTheOtherName(t *testing.T) {
+	r := newRig(t, consistency.Delegated, func(h string) { writeFile(t, filepath.Join(h, "a"), "v1") })
+	if err := os.Link(r.mntPath("a"), r.mntPath("b")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, r.mntPath("b"), "v2 through b")
+	if err := os.Remove(r.mntPath("b")); err != nil {
+		t.Fatal(err)
+	}
+	r.flush(t)
+	if got := readFile(t, r.hostPath("a")); got != "v2 through b" {
+		t.Fatalf("host a = %q, want the write made through b", got)
+	}
+	if _, err := os.Lstat(r.hostPath("b")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("host b still there (%v)", err)
+	}
+}
+
+// rule D7: one name of a hard-linked file is renamed, then the file is
+// written through another. The rename used to stay in the store and give
+// the moved name the base of what it replaced, which is the one base (an
+// xattr of the store file) of every name: the next writeback saw a host
+// change that was not there, kept a conflict copy and split the link.
+func TestD7_RenamingOneNameOfAHardLinkFakesNoConflict(t *testing.T) {
+	r := newRig(t, consistency.Delegated, func(h string) { writeFile(t, filepath.Join(h, "a"), "v1") })
+	readFile(t, r.mntPath("a")) // fetched: a file still only on the host is renamed there anyway
+	if err := os.Link(r.mntPath("a"), r.mntPath("b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(r.mntPath("b"), r.mntPath("c")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, r.mntPath("a"), "v2")
+	r.flush(t)
+	if m, _ := filepath.Glob(r.hostPath("*.bindstate-conflict-*")); len(m) > 0 {
+		t.Fatalf("no host edit, yet conflict copies %v", m)
+	}
+	for _, name := range []string{"a", "c"} {
+		if got := readFile(t, r.hostPath(name)); got != "v2" {
+			t.Fatalf("host %s = %q, want v2", name, got)
+		}
+	}
+	var sa, sc unix.Stat_t
+	if unix.Lstat(r.hostPath("a"), &sa) != nil || unix.Lstat(r.hostPath("c"), &sc) != nil || sa.Ino != sc.Ino {
+		t.Fatalf("host a and c are no longer one file (inodes %d, %d)", sa.Ino, sc.Ino)
+	}
+}
+
+// rule D2 (a link is on the host at once): linking to a name the container
+// removed, while the removal is still journaled, must not fail with EEXIST
+// from the host's old entry there.
+func TestD2_LinkOverANameRemovedOnlyInTheStore(t *testing.T) {
+	r := newRig(t, consistency.Delegated, func(h string) {
+		writeFile(t, filepath.Join(h, "f"), "f")
+		writeFile(t, filepath.Join(h, "c"), "old c")
+	})
+	if err := os.Remove(r.mntPath("c")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(r.mntPath("f"), r.mntPath("c")); err != nil {
+		t.Fatalf("link f -> c after removing c: %v", err)
+	}
+	if got := readFile(t, r.hostPath("c")); got != "f" {
+		t.Fatalf("host c = %q, want f's content", got)
 	}
 }

@@ -262,10 +262,25 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 // fsyncs the host half; for delegated it writes the file back now. A
 // delegated file opened while the store wrote through (SetWriteThrough) has
 // a host half too, but its later changes may be journaled: both are done.
+//
+// A file with several names (isLinked) may have been written through another
+// of them, which the journal lists under that name only: this name is
+// written back anyway, and that carries the file's content, in place, to
+// every host name of it.
 func (f *File) Sync(ctx context.Context) error {
 	if f.host != nil {
 		if err := f.host.Sync(); err != nil || f.s.queue == nil {
 			return err
+		}
+	}
+	if f.s.queue != nil && f.local != nil {
+		var st unix.Stat_t
+		if err := unix.Fstat(f.Fd(), &st); err == nil && isLinked(&st) {
+			for _, rel := range f.rels() {
+				if err := f.s.queue.MarkDirty(rel); err != nil {
+					return fmt.Errorf("journal %q: %w", rel, err)
+				}
+			}
 		}
 	}
 	return f.writeBack(ctx)

@@ -78,6 +78,19 @@ func (s *Store) WritesThrough() bool { return s.through.Load() }
 
 // isSpecial reports FIFOs, sockets and devices, which always live on the host
 // (rule D8): every change to them goes straight through.
+// isLinked reports a regular file with several names. In the delegated state
+// its names are kept in step with the host's at once (Link, Unlink and
+// Rename go through), while its content stays journaled: every writeback of
+// any name rewrites the one host file in place, so the host's names of it
+// change together, as the container's do, and a base (an xattr of the one
+// store inode) holds for all of them. A name changed only in the store would
+// leave the two sides with different sets of names for one file: a later
+// in-place rewrite would then reach a host name the container had removed
+// or given to another file.
+func isLinked(st *unix.Stat_t) bool {
+	return st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1
+}
+
 func isSpecial(mode uint32) bool {
 	switch mode & unix.S_IFMT {
 	case unix.S_IFREG, unix.S_IFDIR, unix.S_IFLNK:
@@ -313,7 +326,8 @@ func (s *Store) adoptFromHost(rel string) error {
 // both sides.
 func (s *Store) Link(ctx context.Context, oldRel, newRel string) error {
 	if s.routeFor(ctx) == routeJournal {
-		if err := s.Flush(ctx, oldRel); err != nil {
+		// newRel too: a name the container removed may still be on the host.
+		if err := s.Flush(ctx, oldRel, newRel); err != nil {
 			return err
 		}
 		// The new name's directory may exist only in the store so far.
@@ -335,6 +349,14 @@ func (s *Store) Unlink(ctx context.Context, rel string) error {
 	}
 	r := s.routeFor(ctx)
 	if st, err := s.local.Lstat(rel); err == nil && isSpecial(st.Mode) && r != routeLocal {
+		r = routeThrough
+	} else if err == nil && r == routeJournal && isLinked(&st) {
+		// One name of a file with others (isLinked): what was written
+		// through this name goes to the host first (in place, so the other
+		// names have it), then the name goes on both sides.
+		if err := s.Flush(ctx, rel); err != nil {
+			return err
+		}
 		r = routeThrough
 	}
 	return s.do(r, []string{rel},
@@ -359,9 +381,18 @@ func (s *Store) Rmdir(ctx context.Context, rel string) error {
 	if isHostOrigin(ctx) && (s.Busy(rel) || s.hostStillHas(rel)) {
 		return ErrBusy
 	}
-	return s.do(s.routeFor(ctx), []string{rel},
+	r := s.routeFor(ctx)
+	return s.do(r, []string{rel},
 		func() error { return ignoreENOENT(s.host.Remove(rel)) },
-		func() error { return s.local.Remove(rel) })
+		func() error {
+			if r == routeJournal {
+				// As for Unlink: what the host had here stays known, so a
+				// file made at this name later replaces the host's
+				// directory without faking a conflict (rule D7).
+				s.entombBase(rel)
+			}
+			return s.local.Remove(rel)
+		})
 }
 
 func ignoreENOENT(err error) error {
@@ -403,12 +434,17 @@ func (s *Store) Rename(ctx context.Context, oldRel, newRel string, flags uint32)
 			return err
 		}
 	}
+	// No writeback may run beneath either name while the host renames: one
+	// writing a file into oldRel would see its temporary file carried off
+	// to newRel and its final rename fail, leaving the temporary behind.
+	defer s.treeLocks.lock(oldRel, newRel)()
 	if err := s.host.Rename(oldRel, newRel, uint(flags)); err != nil {
 		return err
 	}
 	if err := s.local.Rename(oldRel, newRel, uint(flags)); err != nil {
 		return err
 	}
+	s.moveTombs(oldRel, newRel, flags&unix.RENAME_EXCHANGE != 0)
 	s.rebase(newRel)
 	if flags&unix.RENAME_EXCHANGE != 0 {
 		s.rebase(oldRel)
@@ -416,12 +452,14 @@ func (s *Store) Rename(ctx context.Context, oldRel, newRel string, flags uint32)
 	return nil
 }
 
-// renamesLocally: only fetched regular files (on both sides of an exchange)
-// can be renamed in the store alone and written back later.
+// renamesLocally: only fetched regular files with one name (on both sides of
+// an exchange) can be renamed in the store alone and written back later. A
+// file with several names (isLinked) is renamed on the host too, and so is
+// one replaced by the rename: its other names live on.
 func (s *Store) renamesLocally(oldRel, newRel string, flags uint32) bool {
 	ok := func(rel string) bool {
 		st, err := s.local.Lstat(rel)
-		return err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && !s.IsStub(rel)
+		return err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && !isLinked(&st) && !s.IsStub(rel)
 	}
 	if !ok(oldRel) {
 		return false
@@ -430,7 +468,7 @@ func (s *Store) renamesLocally(oldRel, newRel string, flags uint32) bool {
 		return ok(newRel)
 	}
 	// Replacing a directory must go through (the host check for emptiness).
-	if st, err := s.local.Lstat(newRel); err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+	if st, err := s.local.Lstat(newRel); err == nil && (st.Mode&unix.S_IFMT == unix.S_IFDIR || isLinked(&st)) {
 		return false
 	}
 	return true

@@ -224,7 +224,8 @@ func (s *Store) putDir(ctx context.Context, rel string, st *unix.Stat_t, exists 
 
 // putFile copies the store file's content to the host: into a temporary file
 // beside it, fsynced, then renamed over, so the host never sees a torn file.
-// A file with several hard links is rewritten in place to keep the links.
+// A file with several hard links is rewritten in place to keep the links
+// (isLinked).
 func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t) error {
 	if s.IsStub(rel) && exists {
 		s.putAttrs(rel, st) // content never left the host; only attributes changed
@@ -235,7 +236,11 @@ func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat
 		return err
 	}
 	defer src.Close()
-	if exists && hst.Mode&unix.S_IFMT == unix.S_IFREG && hst.Nlink > 1 {
+	if exists && isLinked(hst) && isLinked(st) {
+		// The same file under several names on both sides (Link keeps them
+		// in step): rewrite it in place so every host name has it. A host
+		// file linked where the store's is not (linked on the host) is
+		// replaced below, as the container sees it: one file per name.
 		dst, err := s.host.OpenFile(rel, unix.O_WRONLY|unix.O_TRUNC, 0)
 		if err != nil {
 			return err
@@ -265,12 +270,19 @@ func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat
 		return err
 	}
 	s.putAttrsFrom(tmp, rel, st)
+	if testHookPutWritten != nil {
+		testHookPutWritten(rel)
+	}
 	if err := s.host.Rename(tmp, rel, 0); err != nil {
 		s.host.Remove(tmp)
 		return err
 	}
 	return nil
 }
+
+// testHookPutWritten, if set (by tests), runs in putFile between writing the
+// temporary file and renaming it over its target.
+var testHookPutWritten func(rel string)
 
 func (s *Store) copyAndSync(dst, src *os.File) error {
 	n, err := io.Copy(dst, src)

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -377,14 +378,22 @@ func (s *Store) Busy(rel string) bool {
 	}
 	anyOpen := len(s.busyIno) > 0
 	s.busyMu.Unlock()
-	if !anyOpen {
+	anyQueued := s.IsDirty("")
+	if !anyOpen && !anyQueued {
 		return false
 	}
-	// Another name of a file open for writing (a hard link) is busy too:
-	// bringing the host in under one name changes the file under all.
+	// Bringing the host in under one name of a file with several (isLinked)
+	// changes the file under all of them, so it waits while any name is
+	// busy. Open for writing is known by inode; queued for writeback is
+	// known by name only (the journal keeps names), so while anything is
+	// queued a linked file is taken as busy: its content may be the
+	// container's, not yet (or only partly: an in-place rewrite) on the host.
 	st, err := s.local.Lstat(rel)
-	if err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink < 2 {
+	if err != nil || !isLinked(&st) {
 		return false
+	}
+	if anyQueued {
+		return true
 	}
 	s.busyMu.Lock()
 	defer s.busyMu.Unlock()
@@ -452,6 +461,41 @@ func (s *Store) hostBase(rel string) (Base, bool) {
 	return b, ok
 }
 
+// moveTombs follows a rename made on the host too: the tombstones (symlink
+// bases among them) beneath oldRel now describe host paths beneath newRel,
+// and those beneath newRel went away with what the rename replaced, or, for
+// an exchange, now sit beneath oldRel. Left behind, a symlink carried by a
+// directory rename would have no base, and its later replacement would look
+// like a host change (rule D7: a spurious conflict copy).
+func (s *Store) moveTombs(oldRel, newRel string, exchange bool) {
+	beneath := func(p, root string) (string, bool) {
+		if p == root {
+			return "", true
+		}
+		if strings.HasPrefix(p, root+"/") {
+			return p[len(root):], true
+		}
+		return "", false
+	}
+	s.tombMu.Lock()
+	defer s.tombMu.Unlock()
+	moved := make(map[string]Base)
+	for p, b := range s.tombs {
+		if rest, ok := beneath(p, oldRel); ok {
+			moved[newRel+rest] = b
+			delete(s.tombs, p)
+		} else if rest, ok := beneath(p, newRel); ok {
+			if exchange {
+				moved[oldRel+rest] = b
+			}
+			delete(s.tombs, p)
+		}
+	}
+	for p, b := range moved {
+		s.tombs[p] = b
+	}
+}
+
 // dropTomb forgets rel's tombstone once the host matches the store there.
 func (s *Store) dropTomb(rel string) {
 	s.tombMu.Lock()
@@ -480,9 +524,15 @@ func (s *Store) pinBase(rel string, b Base, known bool) {
 }
 
 // treeLock orders writebacks on a path tree: lock(rel) holds every ancestor
-// of rel shared and rel itself exclusive, taken from the root down, so a Put
-// of a directory waits for the Puts beneath it and the other way round, while
-// Puts of unrelated paths (and siblings) run in parallel.
+// of rel shared and rel itself exclusive, so a Put of a directory waits for
+// the Puts beneath it and the other way round, while Puts of unrelated paths
+// (and siblings) run in parallel. A rename made on the host locks both of its
+// names at once: no writeback may be writing a temporary file into a
+// directory while the directory moves.
+//
+// Every locker takes its paths in byte order. An ancestor sorts before its
+// descendants, so this is "from the root down" on each path, and one total
+// order for all lockers means no two can wait on each other.
 type treeLock struct {
 	mu sync.Mutex
 	m  map[string]*treeEntry
@@ -519,30 +569,42 @@ func (t *treeLock) put(p string) {
 }
 
 // lock takes the locks for rel and returns their release.
-func (t *treeLock) lock(rel string) func() {
-	var ancestors []string
-	if rel != "" {
-		ancestors = append(ancestors, "")
-		for i := 0; i < len(rel); i++ {
-			if rel[i] == '/' {
-				ancestors = append(ancestors, rel[:i])
+func (t *treeLock) lock(rels ...string) func() {
+	exclusive := make(map[string]bool) // path -> held exclusive (else shared)
+	mark := func(p string, excl bool) { exclusive[p] = exclusive[p] || excl }
+	for _, rel := range rels {
+		if rel != "" {
+			mark("", false)
+			for i := 0; i < len(rel); i++ {
+				if rel[i] == '/' {
+					mark(rel[:i], false)
+				}
 			}
 		}
+		mark(rel, true)
 	}
-	held := make([]*treeEntry, 0, len(ancestors)+1)
-	for _, a := range ancestors {
-		e := t.entry(a)
-		e.rw.RLock()
-		held = append(held, e)
+	paths := make([]string, 0, len(exclusive))
+	for p := range exclusive {
+		paths = append(paths, p)
 	}
-	self := t.entry(rel)
-	self.rw.Lock()
+	sort.Strings(paths)
+	held := make([]*treeEntry, len(paths))
+	for i, p := range paths {
+		held[i] = t.entry(p)
+		if exclusive[p] {
+			held[i].rw.Lock()
+		} else {
+			held[i].rw.RLock()
+		}
+	}
 	return func() {
-		self.rw.Unlock()
-		t.put(rel)
-		for i := len(held) - 1; i >= 0; i-- {
-			held[i].rw.RUnlock()
-			t.put(ancestors[i])
+		for i := len(paths) - 1; i >= 0; i-- {
+			if exclusive[paths[i]] {
+				held[i].rw.Unlock()
+			} else {
+				held[i].rw.RUnlock()
+			}
+			t.put(paths[i])
 		}
 	}
 }

@@ -1,0 +1,209 @@
+package store
+
+import (
+	"context"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/consistency"
+)
+
+// A rename made on the host (a directory, in delegated mode) waits for a
+// writeback in progress beneath it: otherwise the writeback's temporary file
+// would move with the directory, its final rename would fail, and the
+// temporary file would stay on the host under the new name (rule D4: the
+// host gets the container's tree, nothing else). The flush before the
+// rename waits for the queued paths beneath it; the tree lock it then takes
+// (treeLock) makes this hold for any Put.
+func TestD4_HostRenameWaitsForAWritebackBeneathIt(t *testing.T) {
+	s := openTestStore(t, consistency.Delegated, func(h string) {
+		os.Mkdir(filepath.Join(h, "d"), 0o755)
+	})
+	ctx := context.Background()
+	if err := s.EnsurePopulated(""); err != nil {
+		t.Fatal(err)
+	}
+	written, finish := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	testHookPutWritten = func(rel string) {
+		if rel == "d/f" {
+			once.Do(func() { close(written); <-finish })
+		}
+	}
+	t.Cleanup(func() { testHookPutWritten = nil })
+
+	f, err := s.Create(ctx, "d/f", unix.O_WRONLY, 0o644, Owner{Uid: os.Getuid(), Gid: os.Getgid()}, func() (string, bool) { return "d/f", true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(ctx, []byte("payload"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Release(); err != nil {
+		t.Fatal(err)
+	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- s.Flush(ctx, "d/f") }()
+	<-written // the writeback of d/f has its temporary file on the host now
+
+	renamed := make(chan error, 1)
+	go func() { renamed <- s.Rename(ctx, "d", "e", 0) }()
+	select {
+	case err := <-renamed:
+		close(finish)
+		t.Fatalf("the host rename went ahead during a writeback beneath it (err %v)", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(finish)
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-renamed; err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	names, err := os.ReadDir(filepath.Join(s.Host().Path(), "e"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range names {
+		got = append(got, n.Name())
+	}
+	if strings.Join(got, ",") != "f" {
+		t.Fatalf("host e/ holds %v, want just f", got)
+	}
+}
+
+// treeLock: a lock of several paths excludes locks at or beneath each of
+// them, and lockers of overlapping path sets never deadlock.
+func TestTreeLockExcludesBeneathAndNeverDeadlocks(t *testing.T) {
+	var tl treeLock
+	unlock := tl.lock("a/b", "c")
+	for _, p := range []string{"a/b", "a/b/x", "c/y"} {
+		got := make(chan struct{})
+		go func() { tl.lock(p)(); close(got) }()
+		select {
+		case <-got:
+			t.Fatalf("lock(%q) went ahead while a/b and c were held", p)
+		case <-time.After(50 * time.Millisecond):
+		}
+		defer func() { <-got }()
+	}
+	for _, p := range []string{"a/x", "d", "c2"} {
+		done := make(chan struct{})
+		go func() { tl.lock(p)(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("lock(%q) waited on a/b and c", p)
+		}
+	}
+	unlock()
+
+	paths := []string{"", "a", "a/b", "a/b/c", "a-b", "a/c", "b", "b/a"}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(seed int64) {
+			defer wg.Done()
+			rnd := rand.New(rand.NewSource(seed))
+			for i := 0; i < 2000; i++ {
+				tl.lock(paths[rnd.Intn(len(paths))], paths[rnd.Intn(len(paths))])()
+			}
+		}(int64(g))
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("lockers of overlapping path sets deadlocked")
+	}
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if len(tl.m) != 0 {
+		t.Fatalf("%d lock entries left after every lock was released", len(tl.m))
+	}
+}
+
+// The host refresh leaves a file with several names alone while anything is
+// queued for writeback: the journal keeps names, and a write made through
+// another name of the file (or its in-place rewrite on the host, under way)
+// would be undone by bringing the host in under this one (rule D4).
+func TestBusyCoversAHardLinkWhileAnythingIsQueued(t *testing.T) {
+	s := openTestStore(t, consistency.Delegated, func(h string) {
+		os.WriteFile(filepath.Join(h, "a"), []byte("v1"), 0o644)
+		os.WriteFile(filepath.Join(h, "lonely"), []byte("v1"), 0o644)
+	})
+	if err := s.EnsurePopulated(""); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Link(ctx, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if s.Busy("b") {
+		t.Fatal("b busy with nothing queued")
+	}
+	if err := s.queue.Hold("a"); err != nil { // a written through, not yet on the host
+		t.Fatal(err)
+	}
+	defer s.queue.Release("a")
+	if !s.Busy("b") {
+		t.Error("b (another name of a, which is queued) is not busy: the refresh would bring the host in over a's write")
+	}
+	if s.Busy("lonely") {
+		t.Error("a file with one name, not queued, is busy")
+	}
+}
+
+// rule D2: fsync through one name of a file returns once what was written
+// through another name is on the host. The journal lists the write under
+// the name it was made through (held while its writer is open); the fsync
+// writes its own name back anyway, and that carries the one file's content
+// in place to every host name.
+func TestD2_FsyncThroughAnotherNameOfTheFile(t *testing.T) {
+	s := openTestStore(t, consistency.Delegated, func(h string) {
+		os.WriteFile(filepath.Join(h, "a"), []byte("v1"), 0o644)
+	})
+	ctx := context.Background()
+	if err := s.EnsurePopulated(""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Link(ctx, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	name := func(n string) func() (string, bool) { return func() (string, bool) { return n, true } }
+	w, err := s.Open(ctx, "a", unix.O_WRONLY, name("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Release()
+	if err := w.BeginWrite(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt(ctx, []byte("v2"), 0); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Open(ctx, "b", unix.O_RDONLY, name("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release()
+	if err := r.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(s.Host().Path(), "b")); string(got) != "v2" {
+		t.Fatalf("after fsync through b the host has %q at b, want the write made through a", got)
+	}
+}
