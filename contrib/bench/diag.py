@@ -59,6 +59,8 @@ def main():
     ap.add_argument("--workload", default="W1")
     ap.add_argument("--quick", action="store_true", help="the W2 size of bench-quick")
     ap.add_argument("--strace", action="store_true", help="strace -c -f the plugin and the workload (no FUSE debug)")
+    ap.add_argument("--perf", action="store_true", help="perf record -g the plugin during the hot run (no FUSE debug); "
+                    "writes WORK/p/<run>/perf-hot.txt")
     ap.add_argument("--work", default=os.path.join(bench.REPO, "_build", "bench"))
     ap.add_argument("--plugin", default=os.path.join(bench.REPO, "bin", "bindstate"))
     a = ap.parse_args()
@@ -92,7 +94,7 @@ def main():
     straces = []
     try:
         share.up()
-        p = bench.Plugin(plugin_bin, b.work, b.work, "diag-%s-%s" % (a.state, a.workload), fuse_debug=not a.strace)
+        p = bench.Plugin(plugin_bin, b.work, b.work, "diag-%s-%s" % (a.state, a.workload), fuse_debug=not (a.strace or a.perf))
         p.start()
         try:
             vol = "diag"
@@ -108,11 +110,25 @@ def main():
                                           stderr=subprocess.DEVNULL)
                     straces.append(sp)
                     time.sleep(0.5)
+                pf = None
+                if a.perf and v == "hot":
+                    pdata = os.path.join(p.dir, "perf-hot.data")
+                    pf = subprocess.Popen(["perf", "record", "-q", "-g", "-F", "1999", "-o", pdata, "-p", str(p.pid)],
+                                          stderr=subprocess.DEVNULL)
+                    time.sleep(0.5)
                 with bench.Sampler(p.pid) as s:
                     res = w.run(target, "diag", 9, v)
                 if st:
                     st.terminate()
                     st.wait()
+                if pf:
+                    pf.send_signal(2)
+                    pf.wait()
+                    ptxt = os.path.join(p.dir, "perf-hot.txt")
+                    with open(ptxt, "w") as f:
+                        subprocess.run(["perf", "report", "-i", pdata, "--stdio", "--no-children", "--sort", "symbol",
+                                        "-g", "none", "--percent-limit", "0.5"], stdout=f, stderr=subprocess.DEVNULL)
+                    print("  perf profile of the plugin (hot):", ptxt)
                 ops = count_ops(p.logpath, start)
                 r = {"s": round(res["s"], 3), "plugin": s.result, "fuse_ops": dict(ops.most_common()),
                      "fuse_ops_total": sum(ops.values())}
