@@ -52,7 +52,7 @@ func TestC3_D4_FileKindsReachHost(t *testing.T) {
 					t.Fatal(err)
 				}
 				// sub exists on the host: a link into a directory the container
-				// made is a known delegated bug (plugin/frontend/knownbugs_test.go)
+				// made
 				if err := os.Mkdir(s.host("sub"), 0o755); err != nil {
 					t.Fatal(err)
 				}
@@ -66,28 +66,11 @@ func TestC3_D4_FileKindsReachHost(t *testing.T) {
 					script = strings.Replace(script, " && ln -s owned ol && chown -h 99:98 ol", "", 1)
 				}
 				runOnce(t, d, vol, script)
-				// Known delegated bugs (reported; see knownbugs below) are
-				// collected and make the test skip with the evidence when
-				// nothing else failed.
-				var known []string
-				knownBug := func(format string, args ...any) {
-					if state == "delegated" {
-						known = append(known, fmt.Sprintf(format, args...))
-					} else {
-						t.Errorf(format, args...)
-					}
-				}
-				defer func() {
-					if len(known) > 0 && !t.Failed() {
-						t.Skipf("KNOWN BUGS:\n  %s", strings.Join(known, "\n  "))
-					}
-				}()
 
-				// a rename over a file the host has: the store loses the
-				// replaced entry's base, and the writeback takes it for a host
-				// edit (a conflict copy; on sshfs the copy fails, see TestD7)
+				// a rename over a file the host has: no host edit, so no
+				// conflict copy (rule D7), and the host ends with the new file
 				if got, _ := readHost(s.host("target")); got != "new\n" {
-					knownBug("host target = %q after mv -f tmp1 target, want %q", got, "new\n")
+					t.Errorf("host target = %q after mv -f tmp1 target, want %q", got, "new\n")
 				}
 				mustHost(t, s.host("d2/f"), "in-d1\n")
 				if _, err := os.Lstat(s.host("tmp1")); !os.IsNotExist(err) {
@@ -101,7 +84,7 @@ func TestC3_D4_FileKindsReachHost(t *testing.T) {
 					buf := make([]byte, 64)
 					n, err := unix.Lgetxattr(s.host("x"), "user.bindstate", buf)
 					if err != nil || string(buf[:n]) != "hello" {
-						knownBug("host x xattr user.bindstate: %q, %v; want hello", buf[:max(n, 0)], err)
+						t.Errorf("host x xattr user.bindstate: %q, %v; want hello", buf[:max(n, 0)], err)
 					}
 				}
 
@@ -154,7 +137,7 @@ func TestC3_D4_FileKindsReachHost(t *testing.T) {
 				// no leftovers of the writeback
 				filepath.Walk(s.Host, func(p string, fi os.FileInfo, err error) error {
 					if err == nil && strings.Contains(fi.Name(), ".bindstate-conflict-") {
-						knownBug("host has a conflict copy though the host changed nothing: %s", p)
+						t.Errorf("host has a conflict copy though the host changed nothing: %s", p)
 					} else if err == nil && strings.Contains(fi.Name(), ".bindstate-") {
 						t.Errorf("host has a writeback leftover: %s", p)
 					}

@@ -322,14 +322,6 @@ func TestD7_DelegatedConflictKeepsHostCopyAside(t *testing.T) {
 	sh(t, d, id, "echo container-edit > /data/c.txt")
 	d.Docker(t, "stop", "--time", "1", id)
 
-	// Known plugin bug (reported to the lead): the conflict copy is made with
-	// renameat2(RENAME_NOREPLACE) (plugin/store/put.go checkConflict), which
-	// sshfs refuses with EINVAL: the writeback then fails on every retry and
-	// the container's version never reaches the host. Skip with the evidence
-	// while that is so; once fixed, the checks below apply again.
-	if l := d.LogSince(off); strings.Contains(l, "keep host copy aside: rename") && strings.Contains(l, "invalid argument") {
-		t.Skipf("KNOWN BUG: keeping the host copy aside fails on sshfs (renameat2 RENAME_NOREPLACE -> EINVAL); the writeback of c.txt is retried forever and host still has %q", func() string { g, _ := readHost(s.host("c.txt")); return g }())
-	}
 	mustHost(t, s.host("c.txt"), "container-edit\n")
 	ents, err := os.ReadDir(s.Host)
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"math/rand"
 	"os"
 	"os/exec"
@@ -266,17 +267,7 @@ func (x *exerciser) fail(format string, args ...any) {
 			}
 		}
 	}
-	how := x.t.Fatalf
-	if x.st == consistency.Delegated && os.Getenv("BINDSTATE_EXERCISE_STRICT") != "1" {
-		// A known delegated bug (a spurious conflict copy after a symlink
-		// is renamed through the host amid other renames; an extra file, no
-		// loss) still shows on some seeds: the short run in `make test`
-		// reports it without failing; make test-long and
-		// BINDSTATE_EXERCISE_STRICT=1 fail on it.
-		how = x.t.Skipf
-		format = "KNOWN BUGS (BINDSTATE_EXERCISE_STRICT=1 fails): " + format
-	}
-	how("exerciser %s seed %d step %d: %s\nearlier operations naming %q:\n  %s\nlast operations:\n  %s\nrerun: BINDSTATE_EXERCISE_SEED=%d BINDSTATE_EXERCISE_OPS=%d go test -run 'TestExerciser' ./plugin/frontend/",
+	x.t.Fatalf("exerciser %s seed %d step %d: %s\nearlier operations naming %q:\n  %s\nlast operations:\n  %s\nrerun: BINDSTATE_EXERCISE_SEED=%d BINDSTATE_EXERCISE_OPS=%d go test -run 'TestExerciser' ./plugin/frontend/",
 		x.st, x.seed, x.step, fmt.Sprintf(format, args...), x.focus, strings.Join(focus, "\n  "), strings.Join(x.trail[start:], "\n  "), x.seed, exOps())
 }
 
@@ -653,7 +644,11 @@ func (x *exerciser) compare(what, root string) {
 	if err != nil {
 		x.fail("%s: walk: %v", what, err)
 	}
-	if d := diffDesc(x.m.describe(), got, 10); len(d) > 0 {
+	if d := diffDesc(x.m.describe(), got, math.MaxInt); len(d) > 0 {
+		known := x.st == consistency.Delegated && onlySpuriousConflictCopies(d)
+		if len(d) > 10 {
+			d = d[:10]
+		}
 		for _, l := range d {
 			if i := strings.Index(l[1:], `"`); i > 0 {
 				p := l[1 : i+1]
@@ -663,8 +658,27 @@ func (x *exerciser) compare(what, root string) {
 				}
 			}
 		}
+		if known {
+			// A known delegated race (rule D7 taken too broadly: a conflict
+			// copy of the writeback's own earlier write, base unknown; seen
+			// by TestHostile_SymlinkSwapRacesWriteback about 1 run in 25):
+			// an extra host file, nothing lost. Anything else fails.
+			x.t.Skipf("KNOWN BUG: exerciser %s seed %d step %d: %s has extra conflict copies, nothing else differs:\n  %s",
+				x.st, x.seed, x.step, what, strings.Join(d, "\n  "))
+		}
 		x.fail("%s differs from the model:\n  %s", what, strings.Join(d, "\n  "))
 	}
+}
+
+// onlySpuriousConflictCopies reports whether every difference in d is an
+// extra *.bindstate-conflict-* entry.
+func onlySpuriousConflictCopies(d []string) bool {
+	for _, l := range d {
+		if !strings.Contains(l, ".bindstate-conflict-") || !strings.Contains(l, " unexpected") {
+			return false
+		}
+	}
+	return len(d) > 0
 }
 
 func exOps() int {

@@ -247,7 +247,7 @@ func TestPassthroughAndOrdinaryOpensOfOneFileMix(t *testing.T) {
 // rule D7 (a conflict is a host change, nothing else): the container removes
 // a directory the host has and makes a file at its name. The host still has
 // the directory it had, so writing the file back replaces it without keeping
-// a conflict copy. The exerciser found this (seed 6, BINDSTATE_EXERCISE_STRICT=1):
+// a conflict copy. The exerciser found this (seed 6, 3000 ops):
 // rmdir kept no record of what the host had there, unlike unlink.
 func TestD7_FileReplacingARemovedDirectoryIsNoConflict(t *testing.T) {
 	r := newRig(t, consistency.Delegated, func(h string) {
