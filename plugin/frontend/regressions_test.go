@@ -382,3 +382,33 @@ func TestD2_LinkOverANameRemovedOnlyInTheStore(t *testing.T) {
 		t.Fatalf("host c = %q, want f's content", got)
 	}
 }
+
+// rule C3: a share may report a failed write only at close (sshfs
+// acknowledges writes before the server has them; the share full shows as
+// EIO from close). So the close of a cached file written through reaches the
+// plugin (FLUSH), which makes the share flush the file and passes its error
+// on (TestFault_D4_C3_ShareUnhealthy/full checks the errno over sshfs); every
+// other close costs no request (FOPEN_NOFLUSH). Before, the first FLUSH was
+// answered ENOSYS, which turned FLUSH off for the whole mount, and a cached
+// write the share failed at close was reported to the container as done.
+func TestC3_CloseOfAWrittenThroughFileReachesTheHost(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			r := newRig(t, st, func(h string) { writeFile(t, filepath.Join(h, "src.txt"), "from the host") })
+			for range 3 {
+				readFile(t, r.mntPath("src.txt"))
+			}
+			for i := range 3 {
+				writeFile(t, r.mntPath(fmt.Sprintf("out%d", i)), "written")
+			}
+			got := r.front.Status().Ops["flush"]
+			want := uint64(0)
+			if st == consistency.Cached {
+				want = 3 // one per close of a file written through, none for the reads
+			}
+			if got != want {
+				t.Errorf("%s: %d closes reached the plugin, want %d (3 reads and 3 writes closed)", st, got, want)
+			}
+		})
+	}
+}

@@ -289,7 +289,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		f.Release()
 		return nil, nil, 0, n.fs.errno(err, "create", rel)
 	}
-	return inode, h, fuse.FOPEN_KEEP_CACHE, 0
+	return inode, h, openFlags(f), 0
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -304,7 +304,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		f.Release()
 		return nil, 0, n.fs.errno(err, "open", rel)
 	}
-	return h, fuse.FOPEN_KEEP_CACHE, 0
+	return h, openFlags(f), 0
 }
 
 // Fsync without an open file (e.g. on a directory): rule D2 for entries.

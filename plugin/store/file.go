@@ -332,6 +332,34 @@ func (f *File) closeAll() error {
 	return err
 }
 
+// WritesThrough reports whether the file has a host half that its writes
+// go to before they return (cached, or delegated writing through).
+func (f *File) WritesThrough() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.host != nil
+}
+
+// FlushHost makes the share report what it deferred for the host half, as
+// a close of the file on the share would (sshfs: a write the server failed
+// after acknowledging it): it closes a duplicate of the host descriptor.
+// Nothing to do without a host half.
+func (f *File) FlushHost() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.host == nil {
+		return nil
+	}
+	fd, err := unix.Dup(int(f.host.Fd()))
+	if err != nil {
+		return fmt.Errorf("flush %q on the host: %w", f.name, err)
+	}
+	if err := unix.Close(fd); err != nil {
+		return fmt.Errorf("flush %q on the host: %w", f.name, err)
+	}
+	return nil
+}
+
 // BeginWrite is called before a handle's first write. In the delegated state
 // it holds the file's path in the writeback queue until Release: the path
 // stays journaled, and is not copied to the host again every writeback delay
