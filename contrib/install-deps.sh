@@ -5,6 +5,7 @@
 #
 #   contrib/install-deps.sh            install what is missing (as root)
 #   contrib/install-deps.sh --check    list what is missing; exit 1 if anything is
+#   contrib/install-deps.sh --bench    also the benchmark's peers (make bench)
 #
 # Go itself is not installed here: it is expected at /usr/local/go (or on PATH).
 set -euo pipefail
@@ -31,11 +32,18 @@ PACKAGES=(
   python3-matplotlib # the benchmark chart
 )
 
+# what a user would pick instead, measured side by side by `make bench`
+BENCH_PACKAGES=(
+  rclone             # rclone mount --vfs-cache-mode full
+  unison             # two-way sync
+)
+
 check_only=0
 case "${1:-}" in
   --check) check_only=1 ;;
+  --bench) PACKAGES+=("${BENCH_PACKAGES[@]}") ;;
   "") ;;
-  *) echo "usage: $0 [--check]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--check|--bench]" >&2; exit 2 ;;
 esac
 
 installed() {

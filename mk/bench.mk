@@ -17,6 +17,7 @@ BENCH        := $(BENCH_PYTHON) contrib/bench/bench.py --plugin $(BIN)/bindstate
 
 .PHONY: bench bench-quick bench-smoke
 bench: $(BIN)/bindstate ## benchmark W1-W4, all configurations and peers vs native (30-60 min, root)
+	bash contrib/install-deps.sh --bench
 	$(BENCH) $(BENCH_ARGS)
 
 bench-quick: $(BIN)/bindstate ## benchmark W1 and W2 on a small tree (under 3 min, root)
