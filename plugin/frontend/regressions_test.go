@@ -387,7 +387,8 @@ func TestD2_LinkOverANameRemovedOnlyInTheStore(t *testing.T) {
 // acknowledges writes before the server has them; the share full shows as
 // EIO from close). So the close of a cached file written through reaches the
 // plugin (FLUSH), which makes the share flush the file and passes its error
-// on (TestFault_D4_C3_ShareUnhealthy/full checks the errno over sshfs); every
+// on (TestC3_ShareErrorAtCloseFailsTheContainersClose checks that error;
+// TestFault_D4_C3_ShareUnhealthy/full, the errno over sshfs); every
 // other close costs no request (FOPEN_NOFLUSH). Before, the first FLUSH was
 // answered ENOSYS, which turned FLUSH off for the whole mount, and a cached
 // write the share failed at close was reported to the container as done.

@@ -352,10 +352,10 @@ func (f *File) FlushHost() error {
 	}
 	fd, err := unix.Dup(int(f.host.Fd()))
 	if err != nil {
-		return fmt.Errorf("flush %q on the host: %w", f.name, err)
+		return fmt.Errorf("flush %q on the host: %w", f.Rel(), err)
 	}
 	if err := unix.Close(fd); err != nil {
-		return fmt.Errorf("flush %q on the host: %w", f.name, err)
+		return fmt.Errorf("flush %q on the host: %w", f.Rel(), err)
 	}
 	return nil
 }
