@@ -787,7 +787,7 @@ class Bench:
         self.S = os.path.join(self.work, "S")
         self.cache = os.path.join(self.work, "cache")
         self.reps = a.reps or 3
-        self.timeout = a.timeout or (90 if self.quick else 1800)
+        self.timeout = a.timeout or (90 if self.quick else 600)
         self.w2_count = a.w2_count or (5000 if self.quick else 100000)
         self.idle_s = 0.5 if self.quick else 3.0
         self.unmount_timeout = 90 if self.quick else 660
@@ -1068,8 +1068,16 @@ class Bench:
         states = [c for c in ("cached", "delegated") if c in self.configs and c not in self.skipped]
         if not states:
             return
+        parts = self.a.extras_only.split(",") if self.a.extras_only else ["big", "flush"]
+        if "big" in parts:
+            self.extra_big(states)
+        if "flush" in parts and "delegated" in states:
+            self.extra_flush()
+
+    def extra_big(self, states):
+        """A 100k-file source: mount and first stat, a full walk, idle CPU."""
         ex = self.extra
-        log("extras: 100k-file source, exit flush of 100 MB in small files")
+        log("extras: 100k-file source")
         big = os.path.join(self.H, "big")
         tar = small_files_tar(self.cache, W3_DIRS, W3_FILES, 100, 4000)
         for i in range(5):
@@ -1104,40 +1112,43 @@ class Bench:
             finally:
                 p.stop()
             log("extras %s 100k: %s" % (st, e))
-        # exit flush against cp -r to the share
-        if "delegated" in states:
-            ftar = small_files_tar(self.cache, 200, 100, 2000, 8000)  # ~100 MB
-            src = os.path.join(self.work, "flush-src")
-            shutil.rmtree(src, ignore_errors=True)
-            os.makedirs(src)
-            run(["tar", "-xf", ftar, "-C", src], timeout=600)
-            nbytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(src) for f in fs)
-            e = ex.setdefault("exit_flush", {"bytes": nbytes, "files": count_files(src)})
-            os.makedirs(os.path.join(self.H, "flush", "cp"))
-            os.makedirs(os.path.join(self.H, "flush", "delegated"))
-            self.share.remount()
+
+    def extra_flush(self):
+        """The exit flush of ~100 MB in small files against `cp -r` to the share."""
+        ex = self.extra
+        log("extras: exit flush of 100 MB in small files")
+        ftar = small_files_tar(self.cache, 200, 100, 2000, 8000)  # ~100 MB
+        src = os.path.join(self.work, "flush-src")
+        shutil.rmtree(src, ignore_errors=True)
+        os.makedirs(src)
+        run(["tar", "-xf", ftar, "-C", src], timeout=600)
+        nbytes = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(src) for f in fs)
+        e = ex.setdefault("exit_flush", {"bytes": nbytes, "files": count_files(src)})
+        os.makedirs(os.path.join(self.H, "flush", "cp"))
+        os.makedirs(os.path.join(self.H, "flush", "delegated"))
+        self.share.remount()
+        t0 = time.monotonic()
+        run(["cp", "-r", src, os.path.join(self.S, "flush", "cp", "t")], timeout=3600)
+        run(["sync"], timeout=600)
+        e["cp_r_to_share_s"] = _r(time.monotonic() - t0)
+        p = Plugin(self.plugin_bin, self.work, self.work, "flush-delegated")
+        try:
+            p.start()
+            mp, _ = p.volume("flush", os.path.join(self.S, "flush", "delegated"), "delegated")
+            e["cp_r_into_delegated_s"] = _r(run(["cp", "-r", src, os.path.join(mp, "t")], timeout=3600)[0])
+            with Sampler(p.pid) as smp:
+                e["exit_flush_s"] = _r(p.unmount("flush", timeout=3600))
+            e["exit_flush_plugin"] = smp.result
             t0 = time.monotonic()
-            run(["cp", "-r", src, os.path.join(self.S, "flush", "cp", "t")], timeout=3600)
-            run(["sync"], timeout=600)
-            e["cp_r_to_share_s"] = _r(time.monotonic() - t0)
-            p = Plugin(self.plugin_bin, self.work, self.work, "flush-delegated")
-            try:
-                p.start()
-                mp, _ = p.volume("flush", os.path.join(self.S, "flush", "delegated"), "delegated")
-                e["cp_r_into_delegated_s"] = _r(run(["cp", "-r", src, os.path.join(mp, "t")], timeout=3600)[0])
-                with Sampler(p.pid) as smp:
-                    e["exit_flush_s"] = _r(p.unmount("flush", timeout=3600))
-                e["exit_flush_plugin"] = smp.result
-                t0 = time.monotonic()
-                while count_files(os.path.join(self.H, "flush", "delegated", "t")) < e["files"] and time.monotonic() - t0 < 120:
-                    time.sleep(0.5)
-                e["on_host_after_unmount"] = count_files(os.path.join(self.H, "flush", "delegated", "t"))
-                e["throughput_vs_cp"] = _r(e["cp_r_to_share_s"] / e["exit_flush_s"]) if e["exit_flush_s"] else None
-            except (OSError, BenchError) as err:
-                e["error"] = str(err)[:500]
-            finally:
-                p.stop()
-            log("extras exit flush: %s" % e)
+            while count_files(os.path.join(self.H, "flush", "delegated", "t")) < e["files"] and time.monotonic() - t0 < 120:
+                time.sleep(0.5)
+            e["on_host_after_unmount"] = count_files(os.path.join(self.H, "flush", "delegated", "t"))
+            e["throughput_vs_cp"] = _r(e["cp_r_to_share_s"] / e["exit_flush_s"]) if e["exit_flush_s"] else None
+        except (OSError, BenchError) as err:
+            e["error"] = str(err)[:500]
+        finally:
+            p.stop()
+        log("extras exit flush: %s" % e)
 
     def teardown(self):
         if getattr(self, "share", None):
@@ -1177,6 +1188,8 @@ def main(argv=None):
     ap.add_argument("--extras", action="store_true", default=None,
                     help="also the 100k-file source and the exit flush of 100 MB (default: on in a full run)")
     ap.add_argument("--no-extras", dest="extras", action="store_false")
+    ap.add_argument("--extras-only", default="", metavar="PARTS",
+                    help="run no workload, only these extras: big (100k-file source), flush (exit flush), or both")
     ap.add_argument("--fuse-debug", action="store_true", help="run the plugin with FUSE_DEBUG=true (slow)")
     ap.add_argument("--name", default=None, help="results file stem (default bench or bench-quick)")
     a = ap.parse_args(argv)
@@ -1193,8 +1206,16 @@ def main(argv=None):
     t0 = time.monotonic()
     try:
         b.setup()
-        b.run_all()
-        if a.extras or (a.extras is None and not a.quick and "W3" in a.workloads):
+        if a.extras_only:
+            bad = set(a.extras_only.split(",")) - {"big", "flush"}
+            if bad:
+                raise BenchError("unknown extras %s: valid are big, flush" % ",".join(sorted(bad)))
+            b.extras()
+        else:
+            b.run_all()
+        if a.extras_only:
+            pass
+        elif a.extras or (a.extras is None and not a.quick and "W3" in a.workloads):
             b.extras()
     except KeyboardInterrupt:
         log("interrupted: writing what was measured")
