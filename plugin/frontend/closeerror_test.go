@@ -5,8 +5,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -46,6 +48,28 @@ func (f *failingCloseFile) Release(ctx context.Context) syscall.Errno {
 }
 func (f *failingCloseFile) Flush(ctx context.Context) syscall.Errno { return syscall.EIO }
 
+// mountHost serves root (a go-fuse loopback with its own node type) at
+// host, the source of a rig. The rig's store may still hold the host open
+// for a moment after its front closed (its drain), so the unmount at
+// cleanup is retried and finally detached: a busy host left mounted fails
+// the test's temporary-directory cleanup.
+func mountHost(t *testing.T, host string, root *fs.LoopbackRoot, name string) {
+	t.Helper()
+	root.RootNode = root.NewNode(root, nil, "", nil)
+	srv, err := fs.Mount(host, root.RootNode, &fs.Options{MountOptions: fuse.MountOptions{FsName: name}})
+	if err != nil {
+		t.Fatalf("mount the host: %v", err)
+	}
+	t.Cleanup(func() {
+		for deadline := time.Now().Add(5 * time.Second); srv.Unmount() != nil; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				syscall.Unmount(host, syscall.MNT_DETACH)
+				return
+			}
+		}
+	})
+}
+
 // rule C3: a share that reports a failed write only at close (sshfs
 // acknowledges writes before its server has them) fails the container's
 // close of a cached file the same way, as close on the share itself would.
@@ -60,12 +84,7 @@ func TestC3_ShareErrorAtCloseFailsTheContainersClose(t *testing.T) {
 		root.NewNode = func(rd *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
 			return &failingCloseNode{fs.LoopbackNode{RootData: rd}}
 		}
-		root.RootNode = root.NewNode(root, nil, "", nil)
-		srv, err := fs.Mount(host, root.RootNode, &fs.Options{MountOptions: fuse.MountOptions{FsName: "failing-close"}})
-		if err != nil {
-			t.Fatalf("mount the host: %v", err)
-		}
-		t.Cleanup(func() { srv.Unmount() })
+		mountHost(t, host, root, "failing-close")
 	})
 	f, err := os.OpenFile(r.mntPath("f"), os.O_WRONLY, 0)
 	if err != nil {
@@ -76,5 +95,104 @@ func TestC3_ShareErrorAtCloseFailsTheContainersClose(t *testing.T) {
 	}
 	if err := f.Close(); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("close of a cached file the share failed at close: %v, want EIO (C3: the host's error)", err)
+	}
+}
+
+// fsyncCountingNode is a host file system (a go-fuse loopback) that counts
+// the FSYNC requests made to it, on files and directories.
+type fsyncCountingNode struct {
+	fs.LoopbackNode
+	fsyncs *atomic.Int64
+}
+
+func (n *fsyncCountingNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	fh, fl, errno := n.LoopbackNode.Open(ctx, flags)
+	if errno != 0 {
+		return fh, fl, errno
+	}
+	return &fsyncCountingFile{fh, n.fsyncs}, fl, 0
+}
+
+func (n *fsyncCountingNode) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	in, fh, fl, errno := n.LoopbackNode.Create(ctx, name, flags, mode, out)
+	if errno != 0 {
+		return in, fh, fl, errno
+	}
+	return in, &fsyncCountingFile{fh, n.fsyncs}, fl, 0
+}
+
+func (n *fsyncCountingNode) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
+	n.fsyncs.Add(1)
+	return 0
+}
+
+type fsyncCountingFile struct {
+	inner  fs.FileHandle
+	fsyncs *atomic.Int64
+}
+
+func (f *fsyncCountingFile) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	return f.inner.(fs.FileWriter).Write(ctx, data, off)
+}
+func (f *fsyncCountingFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	return f.inner.(fs.FileReader).Read(ctx, dest, off)
+}
+func (f *fsyncCountingFile) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+	return f.inner.(fs.FileGetattrer).Getattr(ctx, out)
+}
+func (f *fsyncCountingFile) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	return f.inner.(fs.FileSetattrer).Setattr(ctx, in, out)
+}
+func (f *fsyncCountingFile) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	f.fsyncs.Add(1)
+	return f.inner.(fs.FileFsyncer).Fsync(ctx, flags)
+}
+func (f *fsyncCountingFile) Flush(ctx context.Context) syscall.Errno {
+	return f.inner.(fs.FileFlusher).Flush(ctx)
+}
+func (f *fsyncCountingFile) Release(ctx context.Context) syscall.Errno {
+	return f.inner.(fs.FileReleaser).Release(ctx)
+}
+
+// rule D2: a container's fsync of a delegated file returns once the file is
+// on the host's disk: the writeback fsyncs it there. The background
+// writeback and the flush at a container's stop (D4) do not: on a share
+// each host fsync is a round trip and a disk flush on the server, and a
+// native mount does not fsync on its own either.
+func TestD2_ContainerFsyncIsDurableOnTheHostOtherWritebackIsNot(t *testing.T) {
+	var fsyncs atomic.Int64
+	r := newRig(t, consistency.Delegated, func(host string) {
+		backing := t.TempDir()
+		root := &fs.LoopbackRoot{Path: backing}
+		root.NewNode = func(rd *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
+			return &fsyncCountingNode{fs.LoopbackNode{RootData: rd}, &fsyncs}
+		}
+		mountHost(t, host, root, "fsync-counting")
+	})
+	writeFile(t, r.mntPath("plain"), "written, never fsynced")
+	r.flush(t) // as at a container's stop
+	if got := readFile(t, r.hostPath("plain")); got != "written, never fsynced" {
+		t.Fatalf("host has %q after the flush", got)
+	}
+	if n := fsyncs.Load(); n != 0 {
+		t.Fatalf("%d fsync(s) on the host for a file the container never fsynced", n)
+	}
+
+	f, err := os.Create(r.mntPath("synced"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("fsynced"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync: %v", err)
+	}
+	if n := fsyncs.Load(); n == 0 {
+		t.Fatal("the container's fsync returned without an fsync of the file on the host (D2)")
+	}
+	if got := readFile(t, r.hostPath("synced")); got != "fsynced" {
+		t.Fatalf("host has %q after the container's fsync", got)
 	}
 }

@@ -316,7 +316,7 @@ func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall
 	rel := n.path()
 	ctx, cancel := waitCtx(ctx)
 	defer cancel()
-	return n.fs.errno(n.fs.store.Flush(ctx, rel), "fsync", rel)
+	return n.fs.errno(n.fs.store.Sync(ctx, rel), "fsync", rel)
 }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {

@@ -23,6 +23,7 @@ package hostpath
 import (
 	"errors"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -502,11 +503,15 @@ func (r *Root) Rename(oldRel, newRel string, flags uint) error {
 		return r.linkErr("rename", oc, nc, err)
 	}
 	defer r.release(odfd)
-	ndfd, nname, err := r.parent(nc)
-	if err != nil {
-		return r.linkErr("rename", oc, nc, err)
+	ndfd, nname := odfd, path.Base(nc)
+	if path.Dir(oc) != path.Dir(nc) {
+		// Within one directory (a writeback's temporary file renamed over
+		// its target) one open of it does; on a share each is a lookup.
+		if ndfd, nname, err = r.parent(nc); err != nil {
+			return r.linkErr("rename", oc, nc, err)
+		}
+		defer r.release(ndfd)
 	}
-	defer r.release(ndfd)
 	return r.linkErr("rename", oc, nc, unix.Renameat2(odfd, oname, ndfd, nname, flags))
 }
 

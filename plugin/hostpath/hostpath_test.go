@@ -657,6 +657,16 @@ func TestRename(t *testing.T) {
 	if _, err := os.Lstat(f.p("a/x")); !os.IsNotExist(err) {
 		t.Error("a/x still there")
 	}
+	// within one directory (one open of it serves both names)
+	mustWrite(t, f.p("b/z"), "z")
+	mustNil(t, f.r.Rename("b/z", "b/w", 0))
+	if b, _ := os.ReadFile(f.p("b/w")); string(b) != "z" {
+		t.Errorf("rename within b: b/w = %q", b)
+	}
+	if _, err := os.Lstat(f.p("b/z")); !os.IsNotExist(err) {
+		t.Error("b/z still there")
+	}
+	mustNil(t, f.r.Rename("b/w", "b/w2", unix.RENAME_NOREPLACE))
 	mustNil(t, f.r.Rename("b/y", "top", 0))
 	mustNil(t, f.r.Rename("b", "a/b", 0))
 	wantErrno(t, f.r.Rename("missing", "z", 0), unix.ENOENT, f.p("missing"))

@@ -259,9 +259,10 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 }
 
 // Sync returns once the file's data is on the host (rule D2): for cached it
-// fsyncs the host half; for delegated it writes the file back now. A
-// delegated file opened while the store wrote through (SetWriteThrough) has
-// a host half too, but its later changes may be journaled: both are done.
+// fsyncs the host half; for delegated it writes the file back now, fsynced
+// on the host. A delegated file opened while the store wrote through
+// (SetWriteThrough) has a host half too, but its later changes may be
+// journaled: both are done.
 //
 // A file with several names (isLinked) may have been written through another
 // of them, which the journal lists under that name only: this name is
@@ -283,7 +284,10 @@ func (f *File) Sync(ctx context.Context) error {
 			}
 		}
 	}
-	return f.writeBack(ctx)
+	if rels := f.rels(); rels != nil {
+		return f.s.Sync(ctx, rels...)
+	}
+	return nil
 }
 
 // Release closes the file. A cached file records the host's attributes as

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -24,9 +25,9 @@ type putter struct{ s *Store }
 // at once, but a Put of a directory the container deleted (host RemoveAll)
 // must not run beside a Put beneath it: it would remove a child just written
 // and marked clean, and the host would lose it.
-func (p putter) Put(ctx context.Context, rel string) error {
+func (p putter) Put(ctx context.Context, rel string, durable bool) error {
 	defer p.s.treeLocks.lock(rel)()
-	return p.s.put(ctx, rel)
+	return p.s.put(ctx, rel, durable)
 }
 
 // put makes the host match the store at rel: its content and attributes, or
@@ -36,7 +37,11 @@ func (p putter) Put(ctx context.Context, rel string) error {
 // the store last saw there (the entry's base). If the host changed meanwhile
 // (rule D7) the host's copy is kept aside as "<name>.bindstate-conflict-<time>"
 // and a warning names both paths: never a silent loss.
-func (s *Store) put(ctx context.Context, rel string) error {
+//
+// durable (a container's fsync, rule D2) fsyncs file content on the host;
+// otherwise the host's own page cache holds it, as it would a write made on
+// a native mount without fsync.
+func (s *Store) put(ctx context.Context, rel string, durable bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -48,7 +53,7 @@ func (s *Store) put(ctx context.Context, rel string) error {
 		return fmt.Errorf("writeback %q: %w", rel, err)
 	}
 	if rel != "" {
-		if err := s.ensureHostParent(ctx, rel); err != nil {
+		if err := s.ensureHostParent(ctx, rel, durable); err != nil {
 			return err
 		}
 	}
@@ -76,11 +81,12 @@ func (s *Store) put(ctx context.Context, rel string) error {
 			exists = false
 		}
 	}
+	var written *unix.Stat_t // the host's attributes, when the Put already has them
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
-		err = s.putDir(ctx, rel, &st, exists, &hst)
+		err = s.putDir(ctx, rel, &st, exists, &hst, durable)
 	case unix.S_IFREG:
-		err = s.putFile(rel, &st, exists, &hst)
+		written, err = s.putFile(rel, &st, exists, &hst, durable)
 	case unix.S_IFLNK:
 		err = s.putSymlink(rel, &st, exists, &hst)
 	default:
@@ -95,7 +101,9 @@ func (s *Store) put(ctx context.Context, rel string) error {
 		s.putAttrs(rel, &st)
 	}
 	s.dropTomb(rel)
-	if hst, err := s.host.Lstat(rel); err == nil {
+	if written != nil {
+		s.setBase(rel, written)
+	} else if hst, err := s.host.Lstat(rel); err == nil {
 		s.setBase(rel, &hst)
 	}
 	return nil
@@ -130,7 +138,7 @@ func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
 }
 
 // ensureHostParent writes back missing parent directories first.
-func (s *Store) ensureHostParent(ctx context.Context, rel string) error {
+func (s *Store) ensureHostParent(ctx context.Context, rel string, durable bool) error {
 	parent := dirOf(rel)
 	if parent == "" {
 		return nil
@@ -140,7 +148,7 @@ func (s *Store) ensureHostParent(ctx context.Context, rel string) error {
 			return nil
 		}
 	}
-	return s.put(ctx, parent)
+	return s.put(ctx, parent, durable)
 }
 
 // tmpPrefix starts the names of the writeback's temporary files on the host
@@ -190,7 +198,7 @@ func (s *Store) putAbsent(rel string) error {
 
 // putDir creates the directory on the host if missing; a directory the host
 // never had is written back with everything in it.
-func (s *Store) putDir(ctx context.Context, rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t) error {
+func (s *Store) putDir(ctx context.Context, rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t, durable bool) error {
 	if exists && hst.Mode&unix.S_IFMT != unix.S_IFDIR {
 		if err := s.host.RemoveAll(rel); err != nil {
 			return err
@@ -215,7 +223,7 @@ func (s *Store) putDir(ctx context.Context, rel string, st *unix.Stat_t, exists 
 			// (and take our own write for a host change, rule D7).
 			continue
 		}
-		if err := s.put(ctx, child); err != nil {
+		if err := s.put(ctx, child, durable); err != nil {
 			return err
 		}
 	}
@@ -223,17 +231,18 @@ func (s *Store) putDir(ctx context.Context, rel string, st *unix.Stat_t, exists 
 }
 
 // putFile copies the store file's content to the host: into a temporary file
-// beside it, fsynced, then renamed over, so the host never sees a torn file.
-// A file with several hard links is rewritten in place to keep the links
-// (isLinked).
-func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t) error {
-	if s.IsStub(rel) && exists {
+// beside it (fsynced if durable), then renamed over, so the host never sees
+// a partly written file. A file with several hard links is rewritten in
+// place to keep the links (isLinked). It returns the host's attributes of
+// the file when it has them without another lookup.
+func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t, durable bool) (*unix.Stat_t, error) {
+	if exists && s.IsStub(rel) { // a new file has no stub: no xattr lookup
 		s.putAttrs(rel, st) // content never left the host; only attributes changed
-		return nil
+		return nil, nil
 	}
 	src, err := s.local.OpenFile(rel, unix.O_RDONLY, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer src.Close()
 	if exists && isLinked(hst) && isLinked(st) {
@@ -243,18 +252,18 @@ func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat
 		// replaced below, as the container sees it: one file per name.
 		dst, err := s.host.OpenFile(rel, unix.O_WRONLY|unix.O_TRUNC, 0)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if err := s.copyAndSync(dst, src); err != nil {
-			return err
+		if err := s.copyAndSync(dst, src, durable); err != nil {
+			return nil, err
 		}
 		s.putAttrs(rel, st)
 		s.rebaseLinks(rel, hst.Ino)
-		return nil
+		return nil, nil
 	}
 	if exists && hst.Mode&unix.S_IFMT == unix.S_IFDIR {
 		if err := s.host.RemoveAll(rel); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	tmp := path.Join(dirOf(rel), tmpPrefix+path.Base(rel)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
@@ -263,19 +272,114 @@ func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat
 	}
 	dst, err := s.host.OpenFile(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, st.Mode&07777)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := s.copyAndSync(dst, src); err != nil {
+	written, err := s.fillHostFile(dst, src, rel, st, durable)
+	if err != nil {
 		s.host.Remove(tmp)
-		return err
+		return nil, err
 	}
-	s.putAttrsFrom(tmp, rel, st)
 	if testHookPutWritten != nil {
 		testHookPutWritten(rel)
 	}
 	if err := s.host.Rename(tmp, rel, 0); err != nil {
 		s.host.Remove(tmp)
-		return err
+		return nil, err
+	}
+	return written, nil
+}
+
+// fillHostFile writes a new host file dst (just created, empty) as the store
+// file src at rel: content, owner, mode, user xattrs and times, all through
+// the open descriptor, and closes it. It returns dst's attributes as the host
+// has them (for the base), or nil if they could not be read.
+//
+// Each call on a share is a round trip (and on sshfs every request waits in
+// one queue on the server), so it makes only those that change something:
+// the owner and mode the host gave the new file are read before any write,
+// while the kernel still has them from the create, and the final attributes
+// come back with the times' setattr reply, so the rename needs no lookup
+// after it.
+func (s *Store) fillHostFile(dst, src *os.File, rel string, st *unix.Stat_t, durable bool) (*unix.Stat_t, error) {
+	fd := int(dst.Fd())
+	var made unix.Stat_t
+	if err := unix.Fstat(fd, &made); err != nil {
+		made.Uid, made.Gid, made.Mode = ^uint32(0), ^uint32(0), 0 // unknown: set everything
+	}
+	n, err := io.Copy(dst, src)
+	s.countWrittenBytes(n)
+	if err == nil && durable {
+		err = dst.Sync()
+	}
+	if err != nil {
+		dst.Close()
+		return nil, err
+	}
+	chowned := false
+	if made.Uid != st.Uid || made.Gid != st.Gid {
+		// Best effort, as hostChown: many shares refuse chown.
+		if err := unix.Fchown(fd, int(st.Uid), int(st.Gid)); err != nil {
+			s.log.Debug("host refused chown", "path", rel, "err", err)
+		}
+		chowned = true
+	}
+	// A chown clears setuid and setgid: the mode goes after it.
+	if chowned || made.Mode&07777 != st.Mode&07777 {
+		if err := unix.Fchmod(fd, st.Mode&07777); err != nil {
+			s.log.Debug("writeback chmod", "path", rel, "err", err)
+		}
+	}
+	s.putXattrs(fd, src, rel)
+	ts := []unix.Timespec{st.Atim, st.Mtim}
+	if err := futimens(fd, ts); err != nil {
+		s.log.Debug("writeback utimes", "path", rel, "err", err)
+	}
+	var done *unix.Stat_t
+	var now unix.Stat_t
+	if unix.Fstat(fd, &now) == nil {
+		done = &now
+	}
+	if err := dst.Close(); err != nil {
+		return nil, err
+	}
+	return done, nil
+}
+
+// putXattrs copies the user xattrs of the store file src (at rel) onto the
+// host file fd, both read and written through the descriptors.
+func (s *Store) putXattrs(fd int, src *os.File, rel string) {
+	list := make([]byte, 4096)
+	n, err := unix.Flistxattr(int(src.Fd()), list)
+	names := list[:max(n, 0)]
+	if errors.Is(err, unix.ERANGE) {
+		// A longer list than fits: the path-based way sizes its buffer.
+		names, err = s.Listxattr(rel)
+	}
+	if err != nil {
+		return
+	}
+	var buf []byte
+	for _, name := range splitNames(names) {
+		if IsPrivateXattr(name) {
+			continue
+		}
+		if buf == nil {
+			buf = make([]byte, 64*1024)
+		}
+		if n, err := unix.Fgetxattr(int(src.Fd()), name, buf); err == nil {
+			if err := unix.Fsetxattr(fd, name, buf[:n], 0); err != nil {
+				s.log.Debug("writeback xattr", "path", rel, "name", name, "err", err)
+			}
+		}
+	}
+}
+
+// futimens sets an open file's access and modification times
+// (utimensat(fd, NULL, ...); x/sys/unix has no wrapper for it).
+func futimens(fd int, ts []unix.Timespec) error {
+	_, _, e := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+	if e != 0 {
+		return e
 	}
 	return nil
 }
@@ -284,10 +388,10 @@ func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat
 // temporary file and renaming it over its target.
 var testHookPutWritten func(rel string)
 
-func (s *Store) copyAndSync(dst, src *os.File) error {
+func (s *Store) copyAndSync(dst, src *os.File, durable bool) error {
 	n, err := io.Copy(dst, src)
 	s.countWrittenBytes(n)
-	if err == nil {
+	if err == nil && durable {
 		err = dst.Sync()
 	}
 	if cerr := dst.Close(); err == nil {
@@ -327,19 +431,15 @@ func (s *Store) putSymlink(rel string, st *unix.Stat_t, exists bool, hst *unix.S
 
 // putAttrs copies owner, mode, times and user xattrs to the host, best
 // effort for owner (shares often refuse chown).
-func (s *Store) putAttrs(rel string, st *unix.Stat_t) { s.putAttrsFrom(rel, rel, st) }
-
-// putAttrsFrom is putAttrs onto host entry rel of the store entry from (the
-// two differ while a file is written to a temporary name beside its target).
-func (s *Store) putAttrsFrom(rel, from string, st *unix.Stat_t) {
+func (s *Store) putAttrs(rel string, st *unix.Stat_t) {
 	s.hostChown(rel, Owner{int(st.Uid), int(st.Gid)})
 	if err := s.host.Chmod(rel, st.Mode&07777); err != nil {
 		s.log.Debug("writeback chmod", "path", rel, "err", err)
 	}
-	if names, err := s.Listxattr(from); err == nil {
+	if names, err := s.Listxattr(rel); err == nil {
 		buf := make([]byte, 64*1024)
 		for _, name := range splitNames(names) {
-			if n, err := s.local.Getxattr(from, name, buf); err == nil {
+			if n, err := s.local.Getxattr(rel, name, buf); err == nil {
 				if err := s.host.Setxattr(rel, name, buf[:n], 0); err != nil {
 					s.log.Debug("writeback xattr", "path", rel, "name", name, "err", err)
 				}

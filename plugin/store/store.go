@@ -190,6 +190,18 @@ func (s *Store) Flush(ctx context.Context, rels ...string) error {
 	return s.queue.Flush(ctx, rels...)
 }
 
+// Sync is Flush for a container's fsync (rule D2): the changes are also on
+// the host's disk (fsynced there), not only in its view.
+func (s *Store) Sync(ctx context.Context, rels ...string) error {
+	if s.queue == nil {
+		return nil
+	}
+	if len(rels) == 0 {
+		rels = []string{""}
+	}
+	return s.queue.Sync(ctx, rels...)
+}
+
 // Stats is a snapshot for status reports.
 type Stats struct {
 	WriteBack    writeback.Stats
