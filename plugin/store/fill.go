@@ -7,6 +7,8 @@ import (
 	"path"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/hostpath"
 )
 
 // join builds a store-relative path.
@@ -44,6 +46,11 @@ func (s *Store) EnsurePopulated(dir string) error {
 	case err != nil:
 		return fmt.Errorf("populate %q: %w", dir, err)
 	}
+	d, err := s.local.OpenDir(dir)
+	if err != nil {
+		return fmt.Errorf("populate %q: %w", dir, err)
+	}
+	defer d.Close()
 	// Names of one host file (hard links) become names of one store file,
 	// so that a write through one is seen through the others, as on the
 	// host. Links across directories are not looked for.
@@ -51,29 +58,82 @@ func (s *Store) EnsurePopulated(dir string) error {
 	for i := range entries {
 		child := join(dir, entries[i].Name)
 		st := &entries[i].Stat
-		if _, err := s.local.Lstat(child); err == nil {
-			continue
-		}
 		if s.IsDirty(child) {
-			continue // deleted by the container, not yet on the host: don't resurrect
+			continue // the container changed or deleted it: its version stands
 		}
-		if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1 {
-			if first, ok := linked[st.Ino]; ok {
-				if err := s.local.Link(first, child); err == nil {
-					continue
-				}
-			} else {
-				linked[st.Ino] = child
+		hardLinked := st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink > 1
+		if first, ok := linked[st.Ino]; ok && hardLinked {
+			if err := s.local.Link(first, child); err == nil || errors.Is(err, unix.EEXIST) {
+				continue
 			}
 		}
-		if err := s.adopt(child, st); err != nil {
+		// An entry already in the store (made by the container, or by an
+		// earlier populate cut short) is kept: EEXIST.
+		if err := s.adoptIn(d, entries[i].Name, st); err != nil {
 			if errors.Is(err, unix.EEXIST) {
 				continue
 			}
 			return fmt.Errorf("populate %q: %w", dir, err)
 		}
+		if hardLinked {
+			if _, ok := linked[st.Ino]; !ok {
+				linked[st.Ino] = child
+			}
+		}
 	}
-	return s.local.Setxattr(dir, xattrPopulated, []byte("1"), 0)
+	return d.Setxattr(xattrPopulated, []byte("1"), 0)
+}
+
+// adoptIn is adopt for the entry name of the open store directory d: a
+// regular file or directory is made and given its attributes through its
+// own descriptor (no path lookups, which were most of a populate's work);
+// anything else goes the path-based way.
+func (s *Store) adoptIn(d *hostpath.Dir, name string, st *unix.Stat_t) error {
+	rel := join(d.Rel(), name)
+	var fd int
+	var err error
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		if fd, err = d.Create(name, 0o600); err != nil {
+			return err
+		}
+		err = unix.Ftruncate(fd, st.Size)
+		if err == nil && st.Size > 0 {
+			err = unix.Fsetxattr(fd, xattrStub, []byte("1"), 0)
+		}
+	case unix.S_IFDIR:
+		if fd, err = d.Mkdir(name, 0o700); err != nil {
+			return err
+		}
+	default:
+		return s.adopt(rel, st)
+	}
+	if err == nil {
+		err = copyAttrsFd(fd, st)
+	}
+	if cerr := unix.Close(fd); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		d.Remove(name)
+		return fmt.Errorf("adopt %q: %w", rel, err)
+	}
+	return nil
+}
+
+// copyAttrsFd is copyAttrs through an open regular file or directory.
+func copyAttrsFd(fd int, st *unix.Stat_t) error {
+	if err := unix.Fchown(fd, int(st.Uid), int(st.Gid)); err != nil {
+		return err
+	}
+	// After chown, which clears set-id bits.
+	if err := unix.Fchmod(fd, st.Mode&07777); err != nil {
+		return err
+	}
+	if err := futimens(fd, []unix.Timespec{st.Atim, st.Mtim}); err != nil {
+		return err
+	}
+	return unix.Fsetxattr(fd, xattrBase, baseOf(st).encode(), 0)
 }
 
 // adopt creates rel in the store as a copy of the host entry described by
