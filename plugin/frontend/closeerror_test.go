@@ -126,6 +126,35 @@ func (n *fsyncCountingNode) Fsync(ctx context.Context, f fs.FileHandle, flags ui
 	return 0
 }
 
+// OpendirHandle wraps the loopback's directory handle, whose own Fsyncdir
+// would otherwise answer a directory's fsync without counting it.
+func (n *fsyncCountingNode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	fh, fl, errno := n.LoopbackNode.OpendirHandle(ctx, flags)
+	if errno != 0 {
+		return fh, fl, errno
+	}
+	return &fsyncCountingDir{fh, n.fsyncs}, fl, 0
+}
+
+type fsyncCountingDir struct {
+	inner  fs.FileHandle
+	fsyncs *atomic.Int64
+}
+
+func (d *fsyncCountingDir) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	return d.inner.(fs.FileReaddirenter).Readdirent(ctx)
+}
+func (d *fsyncCountingDir) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	return d.inner.(fs.FileSeekdirer).Seekdir(ctx, off)
+}
+func (d *fsyncCountingDir) Releasedir(ctx context.Context, flags uint32) {
+	d.inner.(fs.FileReleasedirer).Releasedir(ctx, flags)
+}
+func (d *fsyncCountingDir) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
+	d.fsyncs.Add(1)
+	return d.inner.(fs.FileFsyncdirer).Fsyncdir(ctx, flags)
+}
+
 type fsyncCountingFile struct {
 	inner  fs.FileHandle
 	fsyncs *atomic.Int64
@@ -194,5 +223,40 @@ func TestD2_ContainerFsyncIsDurableOnTheHostOtherWritebackIsNot(t *testing.T) {
 	}
 	if got := readFile(t, r.hostPath("synced")); got != "fsynced" {
 		t.Fatalf("host has %q after the container's fsync", got)
+	}
+
+	// Written back in the background (no fsync on the host) before the
+	// container's fsync: the fsync still reaches the host's copy.
+	writeFile(t, r.mntPath("later"), "written back before the fsync")
+	waitFor(t, "the background writeback of later", func() bool {
+		b, err := os.ReadFile(r.hostPath("later"))
+		return err == nil && string(b) == "written back before the fsync"
+	})
+	r.flush(t)
+	before := fsyncs.Load()
+	g, err := os.OpenFile(r.mntPath("later"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if err := g.Sync(); err != nil {
+		t.Fatalf("fsync: %v", err)
+	}
+	if fsyncs.Load() == before {
+		t.Fatal("fsync of a file already written back returned without an fsync on the host (D2)")
+	}
+
+	// A directory's fsync: its entries, on the host's disk.
+	before = fsyncs.Load()
+	d, err := os.Open(r.mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		t.Fatalf("fsync of the mount's root: %v", err)
+	}
+	if fsyncs.Load() == before {
+		t.Fatal("fsync of a directory returned without an fsync of it on the host (D2)")
 	}
 }

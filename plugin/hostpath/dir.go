@@ -86,6 +86,16 @@ func (d *Dir) Remove(name string) error {
 	return d.err("remove", name, removeAt(d.fd, name))
 }
 
+// Sync fsyncs the directory itself (its entries).
+func (d *Dir) Sync() error {
+	for {
+		err := unix.Fsync(d.fd)
+		if err != unix.EINTR {
+			return d.err("fsync", "", err)
+		}
+	}
+}
+
 // Setxattr sets an extended attribute on the directory itself.
 func (d *Dir) Setxattr(attr string, data []byte, flags int) error {
 	return d.err("setxattr", "", unix.Fsetxattr(d.fd, attr, data, flags))

@@ -40,6 +40,7 @@ func TestDirMakesEntriesInOneDirectory(t *testing.T) {
 	_, err = d.Mkdir("sub", 0o700)
 	wantErrno(t, err, unix.EEXIST, f.p("d/sub"))
 
+	mustNil(t, d.Sync())
 	mustNil(t, d.Setxattr("user.test", []byte("1"), 0))
 	if n, err := unix.Getxattr(f.p("d"), "user.test", make([]byte, 8)); err != nil || n != 1 {
 		t.Errorf("xattr on d: %d %v", n, err)

@@ -331,7 +331,7 @@ func (s *Store) Link(ctx context.Context, oldRel, newRel string) error {
 			return err
 		}
 		// The new name's directory may exist only in the store so far.
-		if err := s.ensureHostParent(ctx, newRel, false); err != nil {
+		if err := s.ensureHostParent(ctx, newRel); err != nil {
 			return err
 		}
 	}
@@ -430,7 +430,7 @@ func (s *Store) Rename(ctx context.Context, oldRel, newRel string, flags uint32)
 			return err
 		}
 		// The new name's directory may exist only in the store so far.
-		if err := s.ensureHostParent(ctx, newRel, false); err != nil {
+		if err := s.ensureHostParent(ctx, newRel); err != nil {
 			return err
 		}
 	}

@@ -25,9 +25,9 @@ type putter struct{ s *Store }
 // at once, but a Put of a directory the container deleted (host RemoveAll)
 // must not run beside a Put beneath it: it would remove a child just written
 // and marked clean, and the host would lose it.
-func (p putter) Put(ctx context.Context, rel string, durable bool) error {
+func (p putter) Put(ctx context.Context, rel string) error {
 	defer p.s.treeLocks.lock(rel)()
-	return p.s.put(ctx, rel, durable)
+	return p.s.put(ctx, rel)
 }
 
 // put makes the host match the store at rel: its content and attributes, or
@@ -38,10 +38,10 @@ func (p putter) Put(ctx context.Context, rel string, durable bool) error {
 // (rule D7) the host's copy is kept aside as "<name>.bindstate-conflict-<time>"
 // and a warning names both paths: never a silent loss.
 //
-// durable (a container's fsync, rule D2) fsyncs file content on the host;
-// otherwise the host's own page cache holds it, as it would a write made on
-// a native mount without fsync.
-func (s *Store) put(ctx context.Context, rel string, durable bool) error {
+// Nothing is fsynced on the host here: the host's page cache holds what a
+// Put wrote, as it would a write made on a native mount without fsync. A
+// container's fsync adds the host fsync (Store.Sync).
+func (s *Store) put(ctx context.Context, rel string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -53,7 +53,7 @@ func (s *Store) put(ctx context.Context, rel string, durable bool) error {
 		return fmt.Errorf("writeback %q: %w", rel, err)
 	}
 	if rel != "" {
-		if err := s.ensureHostParent(ctx, rel, durable); err != nil {
+		if err := s.ensureHostParent(ctx, rel); err != nil {
 			return err
 		}
 	}
@@ -84,9 +84,9 @@ func (s *Store) put(ctx context.Context, rel string, durable bool) error {
 	var written *unix.Stat_t // the host's attributes, when the Put already has them
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
-		err = s.putDir(ctx, rel, &st, exists, &hst, durable)
+		err = s.putDir(ctx, rel, &st, exists, &hst)
 	case unix.S_IFREG:
-		written, err = s.putFile(rel, &st, exists, &hst, durable)
+		written, err = s.putFile(rel, &st, exists, &hst)
 	case unix.S_IFLNK:
 		err = s.putSymlink(rel, &st, exists, &hst)
 	default:
@@ -138,7 +138,7 @@ func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
 }
 
 // ensureHostParent writes back missing parent directories first.
-func (s *Store) ensureHostParent(ctx context.Context, rel string, durable bool) error {
+func (s *Store) ensureHostParent(ctx context.Context, rel string) error {
 	parent := dirOf(rel)
 	if parent == "" {
 		return nil
@@ -148,7 +148,7 @@ func (s *Store) ensureHostParent(ctx context.Context, rel string, durable bool) 
 			return nil
 		}
 	}
-	return s.put(ctx, parent, durable)
+	return s.put(ctx, parent)
 }
 
 // tmpPrefix starts the names of the writeback's temporary files on the host
@@ -198,7 +198,7 @@ func (s *Store) putAbsent(rel string) error {
 
 // putDir creates the directory on the host if missing; a directory the host
 // never had is written back with everything in it.
-func (s *Store) putDir(ctx context.Context, rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t, durable bool) error {
+func (s *Store) putDir(ctx context.Context, rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t) error {
 	if exists && hst.Mode&unix.S_IFMT != unix.S_IFDIR {
 		if err := s.host.RemoveAll(rel); err != nil {
 			return err
@@ -223,7 +223,7 @@ func (s *Store) putDir(ctx context.Context, rel string, st *unix.Stat_t, exists 
 			// (and take our own write for a host change, rule D7).
 			continue
 		}
-		if err := s.put(ctx, child, durable); err != nil {
+		if err := s.put(ctx, child); err != nil {
 			return err
 		}
 	}
@@ -231,11 +231,11 @@ func (s *Store) putDir(ctx context.Context, rel string, st *unix.Stat_t, exists 
 }
 
 // putFile copies the store file's content to the host: into a temporary file
-// beside it (fsynced if durable), then renamed over, so the host never sees
-// a partly written file. A file with several hard links is rewritten in
+// beside it, then renamed over, so the host never sees a partly written
+// file. A file with several hard links is rewritten in
 // place to keep the links (isLinked). It returns the host's attributes of
 // the file when it has them without another lookup.
-func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t, durable bool) (*unix.Stat_t, error) {
+func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t) (*unix.Stat_t, error) {
 	if exists && s.IsStub(rel) { // a new file has no stub: no xattr lookup
 		s.putAttrs(rel, st) // content never left the host; only attributes changed
 		return nil, nil
@@ -254,7 +254,7 @@ func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat
 		if err != nil {
 			return nil, err
 		}
-		if err := s.copyAndSync(dst, src, durable); err != nil {
+		if err := s.copyAndClose(dst, src); err != nil {
 			return nil, err
 		}
 		s.putAttrs(rel, st)
@@ -274,7 +274,7 @@ func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat
 	if err != nil {
 		return nil, err
 	}
-	written, err := s.fillHostFile(dst, src, rel, st, durable)
+	written, err := s.fillHostFile(dst, src, rel, st)
 	if err != nil {
 		s.host.Remove(tmp)
 		return nil, err
@@ -300,7 +300,7 @@ func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat
 // while the kernel still has them from the create, and the final attributes
 // come back with the times' setattr reply, so the rename needs no lookup
 // after it.
-func (s *Store) fillHostFile(dst, src *os.File, rel string, st *unix.Stat_t, durable bool) (*unix.Stat_t, error) {
+func (s *Store) fillHostFile(dst, src *os.File, rel string, st *unix.Stat_t) (*unix.Stat_t, error) {
 	fd := int(dst.Fd())
 	var made unix.Stat_t
 	if err := unix.Fstat(fd, &made); err != nil {
@@ -308,9 +308,6 @@ func (s *Store) fillHostFile(dst, src *os.File, rel string, st *unix.Stat_t, dur
 	}
 	n, err := io.Copy(dst, src)
 	s.countWrittenBytes(n)
-	if err == nil && durable {
-		err = dst.Sync()
-	}
 	if err != nil {
 		dst.Close()
 		return nil, err
@@ -388,12 +385,9 @@ func futimens(fd int, ts []unix.Timespec) error {
 // temporary file and renaming it over its target.
 var testHookPutWritten func(rel string)
 
-func (s *Store) copyAndSync(dst, src *os.File, durable bool) error {
+func (s *Store) copyAndClose(dst, src *os.File) error {
 	n, err := io.Copy(dst, src)
 	s.countWrittenBytes(n)
-	if err == nil && durable {
-		err = dst.Sync()
-	}
 	if cerr := dst.Close(); err == nil {
 		err = cerr
 	}

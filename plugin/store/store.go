@@ -190,8 +190,12 @@ func (s *Store) Flush(ctx context.Context, rels ...string) error {
 	return s.queue.Flush(ctx, rels...)
 }
 
-// Sync is Flush for a container's fsync (rule D2): the changes are also on
-// the host's disk (fsynced there), not only in its view.
+// Sync is Flush for a container's fsync (rule D2): once the changes are in
+// the host's view, the host's copy of each path (a file's content, a
+// directory's entries) is fsynced there too, as an fsync on a native mount
+// makes it durable. The writeback itself never fsyncs (see put), so this is
+// done whether the path was written just now or by the background writeback
+// a while ago.
 func (s *Store) Sync(ctx context.Context, rels ...string) error {
 	if s.queue == nil {
 		return nil
@@ -199,7 +203,41 @@ func (s *Store) Sync(ctx context.Context, rels ...string) error {
 	if len(rels) == 0 {
 		rels = []string{""}
 	}
-	return s.queue.Sync(ctx, rels...)
+	if err := s.queue.Flush(ctx, rels...); err != nil {
+		return err
+	}
+	for _, rel := range rels {
+		if err := s.syncHost(rel); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncHost fsyncs the host's rel. A path that is not there (removed since)
+// or is neither a regular file nor a directory (a symlink, a special file:
+// nothing to fsync through) is left alone.
+func (s *Store) syncHost(rel string) error {
+	if rel == "" {
+		d, err := s.host.OpenDir("")
+		if err != nil {
+			return fmt.Errorf("fsync the host's source: %w", err)
+		}
+		defer d.Close()
+		return d.Sync()
+	}
+	f, err := s.host.OpenFile(rel, unix.O_RDONLY, 0)
+	switch {
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENXIO):
+		return nil
+	case err != nil:
+		return fmt.Errorf("fsync %q on the host: %w", rel, err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("fsync %q on the host: %w", rel, err)
+	}
+	return nil
 }
 
 // Stats is a snapshot for status reports.

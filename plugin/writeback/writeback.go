@@ -50,15 +50,8 @@ import (
 // Putter makes the host match the store at one path (the store's current
 // content, metadata, or absence). It must be safe for concurrent calls on
 // different paths. A Putter must not call back into the Queue.
-//
-// durable asks for the host's copy to survive a crash of the host too
-// (fsync on the host), as a container's fsync does on a native mount (rule
-// D2); without it the Put is done when the host shows the store's version,
-// as a plain write or a container's stop is on a native mount. On a share
-// every host fsync is a round trip and a disk flush on the server, so only
-// Sync asks for it.
 type Putter interface {
-	Put(ctx context.Context, rel string, durable bool) error
+	Put(ctx context.Context, rel string) error
 }
 
 // Options tune a Queue. Zero values pick defaults.
@@ -170,8 +163,6 @@ type item struct {
 	index    int       // position in the heap, -1 if not in it
 	since    time.Time // no unwritten change is older than this
 	failures int       // consecutive failed Puts (drives the backoff)
-	durable  bool      // a Sync waits: the next Put is durable
-	syncing  bool      // the running Put is durable
 	holds    int       // open Holds: not scheduled on its own, never cleaned
 	err      error     // last Put's error, nil if it succeeded or none ran
 	waits    []waiter  // Flush calls waiting for this path
@@ -184,13 +175,12 @@ type waiter struct {
 	gen uint64
 }
 
-// flusher is one Flush or Sync call. Its fields are guarded by Queue.mu
-// until done is closed, after which nothing writes them.
+// flusher is one Flush call. Its fields are guarded by Queue.mu until done
+// is closed, after which nothing writes them.
 type flusher struct {
-	durable bool // a Sync: only durable Puts answer it
-	open    map[*item]struct{}
-	failed  map[string]error
-	done    chan struct{}
+	open   map[*item]struct{}
+	failed map[string]error
+	done   chan struct{}
 }
 
 // Queue is safe for concurrent use.
@@ -367,20 +357,10 @@ func (q *Queue) IsDirty(rel string) bool {
 // backoff is retried at once. When Flush returns an error it first fsyncs
 // the journal, so the paths it names survive a crash.
 func (q *Queue) Flush(ctx context.Context, prefixes ...string) error {
-	return q.flush(ctx, false, prefixes)
-}
-
-// Sync is Flush with durable Puts: it returns once the paths are on the
-// host's disk, not only in its view (rule D2, see Putter).
-func (q *Queue) Sync(ctx context.Context, prefixes ...string) error {
-	return q.flush(ctx, true, prefixes)
-}
-
-func (q *Queue) flush(ctx context.Context, durable bool, prefixes []string) error {
 	if len(prefixes) == 0 {
 		prefixes = []string{""}
 	}
-	f := &flusher{durable: durable, open: make(map[*item]struct{}), failed: make(map[string]error), done: make(chan struct{})}
+	f := &flusher{open: make(map[*item]struct{}), failed: make(map[string]error), done: make(chan struct{})}
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -459,13 +439,6 @@ func (q *Queue) _await(f *flusher, it *item, now time.Time) {
 		// Open for writing through a handle whose writes the queue does not
 		// see (passthrough): only a Put that starts from now on covers them.
 		it.gen++
-	}
-	if f.durable {
-		it.durable = true
-		if it.state == stWriting && !it.syncing {
-			// The running Put is not durable: only the next one answers.
-			it.gen++
-		}
 	}
 	f.open[it] = struct{}{}
 	it.waits = append(it.waits, waiter{f: f, gen: it.gen})
@@ -579,13 +552,10 @@ func (q *Queue) worker() {
 		q._kick() // the top changed; the scheduler re-arms its timer
 		it.state = stWriting
 		gen := it.gen
-		durable := it.durable
-		it.durable, it.syncing = false, durable
 		start := time.Now()
 		q.mu.Unlock()
-		err := q.put.Put(q.ctx, it.rel, durable)
+		err := q.put.Put(q.ctx, it.rel)
 		q.mu.Lock()
-		it.syncing = false
 		if q.closed {
 			// Cancelled, or finished too late to record: the path stays
 			// dirty in the journal and the next run writes it again.

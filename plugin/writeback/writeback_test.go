@@ -20,10 +20,9 @@ import (
 // system is involved beyond the journal.
 
 type putCall struct {
-	rel     string
-	durable bool
-	ctx     context.Context
-	res     chan error
+	rel string
+	ctx context.Context
+	res chan error
 }
 
 func (c *putCall) ok()            { c.res <- nil }
@@ -38,7 +37,7 @@ type fakePutter struct {
 	inflight map[string]bool
 }
 
-func (p *fakePutter) Put(ctx context.Context, rel string, durable bool) error {
+func (p *fakePutter) Put(ctx context.Context, rel string) error {
 	p.mu.Lock()
 	if p.inflight[rel] {
 		p.t.Errorf("two Puts of %q at once", rel)
@@ -50,7 +49,7 @@ func (p *fakePutter) Put(ctx context.Context, rel string, durable bool) error {
 		delete(p.inflight, rel)
 		p.mu.Unlock()
 	}()
-	c := &putCall{rel: rel, durable: durable, ctx: ctx, res: make(chan error, 1)}
+	c := &putCall{rel: rel, ctx: ctx, res: make(chan error, 1)}
 	select {
 	case p.calls <- c:
 	case <-ctx.Done():
@@ -533,96 +532,6 @@ func TestD2_FlushWaitsForTheWriteCoveringItsCall(t *testing.T) {
 		t.Fatal("the last write was lost")
 	}
 	wantJournal(t, r.j, "f")
-}
-
-// rule D2: a container's fsync (Sync) is answered only by a durable Put;
-// background writeback and Flush (a container's stop, rule D4) ask for none.
-func TestD2_SyncAsksForADurablePutFlushDoesNot(t *testing.T) {
-	r := newRig(t, Options{Delay: 10 * time.Millisecond})
-	r.dirty(t, "bg")
-	if c := r.p.next(t); c.durable {
-		t.Fatal("background writeback asked for a durable Put")
-	} else {
-		c.ok()
-	}
-	r.waitClean(t, "bg")
-
-	r = newRig(t, Options{Delay: never})
-	r.dirty(t, "f")
-	fl := r.flush(context.Background(), "f")
-	if c := r.p.next(t); c.durable {
-		t.Fatal("Flush asked for a durable Put")
-	} else {
-		c.ok()
-	}
-	if err := result(t, fl); err != nil {
-		t.Fatal(err)
-	}
-
-	r.dirty(t, "g")
-	sy := make(chan error, 1)
-	go func() { sy <- r.q.Sync(context.Background(), "g") }()
-	c := r.p.next(t)
-	if !c.durable {
-		t.Fatal("Sync's Put is not durable")
-	}
-	c.ok()
-	if err := result(t, sy); err != nil {
-		t.Fatal(err)
-	}
-	wantJournal(t, r.j)
-}
-
-// rule D2: a Sync that comes while a plain Put of its path runs is not
-// answered by that Put, even though it covers every change: only the
-// durable one that follows does.
-func TestD2_SyncDuringAPlainPutWaitsForADurableOne(t *testing.T) {
-	r := newRig(t, Options{Delay: never})
-	r.dirty(t, "f")
-	fl := r.flush(context.Background(), "f")
-	c1 := r.p.next(t)
-	if c1.durable {
-		t.Fatal("Flush asked for a durable Put")
-	}
-	sy := make(chan error, 1)
-	go func() { sy <- r.q.Sync(context.Background(), "f") }()
-	r.waiting(t, "f", 2)
-	c1.ok()
-	if err := result(t, fl); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(20 * time.Millisecond)
-	pending(t, sy)
-	c2 := r.p.next(t)
-	if !c2.durable {
-		t.Fatal("the Put after a Sync came is not durable")
-	}
-	pending(t, sy)
-	c2.ok()
-	if err := result(t, sy); err != nil {
-		t.Fatal(err)
-	}
-	wantJournal(t, r.j)
-}
-
-// A Flush that comes while a durable Put runs is answered by it.
-func TestFlushDuringADurablePutIsAnsweredByIt(t *testing.T) {
-	r := newRig(t, Options{Delay: never})
-	r.dirty(t, "f")
-	sy := make(chan error, 1)
-	go func() { sy <- r.q.Sync(context.Background(), "f") }()
-	c := r.p.next(t)
-	fl := r.flush(context.Background(), "f")
-	r.waiting(t, "f", 2)
-	c.ok()
-	if err := result(t, sy); err != nil {
-		t.Fatal(err)
-	}
-	if err := result(t, fl); err != nil {
-		t.Fatal(err)
-	}
-	r.p.none(t, 50*time.Millisecond)
-	wantJournal(t, r.j)
 }
 
 // Flush retries a path in backoff at once, and a failure of the attempt
