@@ -207,3 +207,64 @@ func TestD2_FsyncThroughAnotherNameOfTheFile(t *testing.T) {
 		t.Fatalf("after fsync through b the host has %q at b, want the write made through a", got)
 	}
 }
+
+// rule D7, no false positive: the container deletes a file while its
+// writeback is in flight, and makes a new one at its name. The host then
+// holds that writeback's version, which no store entry has as its base any
+// more: it is kept as the name's tombstone, so the new file's writeback
+// replaces it instead of keeping it aside as a host edit (a spurious
+// conflict copy; TestHostile_SymlinkSwapRacesWriteback met it about once in
+// 50 runs).
+func TestD7_ReplacedDuringItsWritebackIsNoConflict(t *testing.T) {
+	s := openTestStore(t, consistency.Delegated, func(string) {})
+	ctx := context.Background()
+	if err := s.EnsurePopulated(""); err != nil {
+		t.Fatal(err)
+	}
+	me := Owner{Uid: os.Getuid(), Gid: os.Getgid()}
+	write := func(content string) {
+		t.Helper()
+		f, err := s.Create(ctx, "f", unix.O_WRONLY, 0o644, me, func() (string, bool) { return "f", true })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(ctx, []byte(content), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("first")
+	var once sync.Once
+	testHookPutWritten = func(rel string) {
+		if rel != "f" {
+			return
+		}
+		once.Do(func() {
+			// The container, while "first" is on its way to the host.
+			if err := s.Unlink(ctx, "f"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(func() { testHookPutWritten = nil })
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testHookPutWritten = nil
+	write("second, a new file") // before the removal's own writeback (1 s later)
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	host := s.Host().Path()
+	if b, err := os.ReadFile(filepath.Join(host, "f")); err != nil || string(b) != "second, a new file" {
+		t.Fatalf("host f = %q (%v), want the container's new file", b, err)
+	}
+	if kept, _ := filepath.Glob(filepath.Join(host, "f.bindstate-conflict-*")); len(kept) > 0 {
+		t.Fatalf("the container's own earlier writeback was kept aside as a host edit: %v", kept)
+	}
+	if n := s.conflicts.Load(); n != 0 {
+		t.Fatalf("%d conflicts counted", n)
+	}
+}

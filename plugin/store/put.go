@@ -101,12 +101,34 @@ func (s *Store) put(ctx context.Context, rel string) error {
 		s.putAttrs(rel, &st)
 	}
 	s.dropTomb(rel)
+	if written == nil {
+		if hst, err := s.host.Lstat(rel); err == nil {
+			written = &hst
+		}
+	}
 	if written != nil {
-		s.setBase(rel, written)
-	} else if hst, err := s.host.Lstat(rel); err == nil {
-		s.setBase(rel, &hst)
+		s.recordWritten(rel, st.Ino, written)
 	}
 	return nil
+}
+
+// recordWritten records hst, the host's attributes of what a Put just wrote
+// at rel from store inode ino, as rel's base. If the container removed or
+// replaced rel while the Put ran, the base went with the old entry (or never
+// reached it), yet the host now holds the Put's version: it is kept as rel's
+// tombstone, so that the next Put at rel (the removal, or the container's
+// new file there) knows the host's copy for its own and does not keep it
+// aside as a host edit (rule D7: a spurious conflict copy).
+func (s *Store) recordWritten(rel string, ino uint64, hst *unix.Stat_t) {
+	same := func() bool {
+		cur, err := s.local.Lstat(rel)
+		return err == nil && cur.Ino == ino
+	}
+	// Looked at again after setBase: a removal between the two found no
+	// base to entomb.
+	if !same() || s.setBase(rel, hst) != nil || !same() {
+		s.setTomb(rel, baseOf(hst))
+	}
 }
 
 // checkConflict keeps the host's copy aside if the host changed rel since
