@@ -1011,7 +1011,10 @@ class Bench:
                 t = peer.down()
                 peer = None
                 wb(last).setdefault("exit_flush_s", []).append(_r(t))
-            if (plugin or cfg in PEER_CONFIGS) and w.writes and not w.landed(cfg, rep, w.variants[-1]):
+            # A last run that failed (a timeout: the share stalled) never
+            # wrote all its data: that is its error, not a loss to report.
+            finished = not self.errors.get(cfg, {}).get(last)
+            if (plugin or cfg in PEER_CONFIGS) and w.writes and finished and not w.landed(cfg, rep, w.variants[-1]):
                 lag = self.wait_landed(w, cfg, rep, w.variants[-1], limit=30 if peer else 120)
                 wb(last).setdefault("after_unmount_lag_s", []).append(lag)
                 if lag is None:
