@@ -1213,12 +1213,9 @@ def main(argv=None):
             bad = set(a.extras_only.split(",")) - {"big", "flush"}
             if bad:
                 raise BenchError("unknown extras %s: valid are big, flush" % ",".join(sorted(bad)))
-            b.extras()
         else:
             b.run_all()
-        if a.extras_only:
-            pass
-        elif a.extras or (a.extras is None and not a.quick and "W3" in a.workloads):
+        if a.extras_only or a.extras or (a.extras is None and not a.quick and "W3" in a.workloads):
             b.extras()
     except KeyboardInterrupt:
         log("interrupted: writing what was measured")

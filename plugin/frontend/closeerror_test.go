@@ -26,26 +26,37 @@ func (n *failingCloseNode) Open(ctx context.Context, flags uint32) (fs.FileHandl
 	if errno != 0 || flags&syscall.O_ACCMODE == syscall.O_RDONLY {
 		return fh, fl, errno
 	}
-	return &failingCloseFile{fh}, fl, 0
+	return &failingCloseFile{loopbackFile{fh}}, fl, 0
 }
 
-type failingCloseFile struct{ inner fs.FileHandle }
+// loopbackFile passes every file request on to the loopback's own handle;
+// the test hosts below embed it and change one request each.
+type loopbackFile struct{ inner fs.FileHandle }
 
-func (f *failingCloseFile) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+func (f *loopbackFile) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	return f.inner.(fs.FileWriter).Write(ctx, data, off)
 }
-func (f *failingCloseFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+func (f *loopbackFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	return f.inner.(fs.FileReader).Read(ctx, dest, off)
 }
-func (f *failingCloseFile) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+func (f *loopbackFile) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 	return f.inner.(fs.FileGetattrer).Getattr(ctx, out)
 }
-func (f *failingCloseFile) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+func (f *loopbackFile) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	return f.inner.(fs.FileSetattrer).Setattr(ctx, in, out)
+}
+func (f *loopbackFile) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	return f.inner.(fs.FileFsyncer).Fsync(ctx, flags)
 }
-func (f *failingCloseFile) Release(ctx context.Context) syscall.Errno {
+func (f *loopbackFile) Flush(ctx context.Context) syscall.Errno {
+	return f.inner.(fs.FileFlusher).Flush(ctx)
+}
+func (f *loopbackFile) Release(ctx context.Context) syscall.Errno {
 	return f.inner.(fs.FileReleaser).Release(ctx)
 }
+
+type failingCloseFile struct{ loopbackFile }
+
 func (f *failingCloseFile) Flush(ctx context.Context) syscall.Errno { return syscall.EIO }
 
 // mountHost serves root (a go-fuse loopback with its own node type) at
@@ -110,7 +121,7 @@ func (n *fsyncCountingNode) Open(ctx context.Context, flags uint32) (fs.FileHand
 	if errno != 0 {
 		return fh, fl, errno
 	}
-	return &fsyncCountingFile{fh, n.fsyncs}, fl, 0
+	return &fsyncCountingFile{loopbackFile{fh}, n.fsyncs}, fl, 0
 }
 
 func (n *fsyncCountingNode) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
@@ -118,7 +129,7 @@ func (n *fsyncCountingNode) Create(ctx context.Context, name string, flags, mode
 	if errno != 0 {
 		return in, fh, fl, errno
 	}
-	return in, &fsyncCountingFile{fh, n.fsyncs}, fl, 0
+	return in, &fsyncCountingFile{loopbackFile{fh}, n.fsyncs}, fl, 0
 }
 
 func (n *fsyncCountingNode) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
@@ -156,31 +167,13 @@ func (d *fsyncCountingDir) Fsyncdir(ctx context.Context, flags uint32) syscall.E
 }
 
 type fsyncCountingFile struct {
-	inner  fs.FileHandle
+	loopbackFile
 	fsyncs *atomic.Int64
 }
 
-func (f *fsyncCountingFile) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	return f.inner.(fs.FileWriter).Write(ctx, data, off)
-}
-func (f *fsyncCountingFile) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	return f.inner.(fs.FileReader).Read(ctx, dest, off)
-}
-func (f *fsyncCountingFile) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
-	return f.inner.(fs.FileGetattrer).Getattr(ctx, out)
-}
-func (f *fsyncCountingFile) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	return f.inner.(fs.FileSetattrer).Setattr(ctx, in, out)
-}
 func (f *fsyncCountingFile) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	f.fsyncs.Add(1)
-	return f.inner.(fs.FileFsyncer).Fsync(ctx, flags)
-}
-func (f *fsyncCountingFile) Flush(ctx context.Context) syscall.Errno {
-	return f.inner.(fs.FileFlusher).Flush(ctx)
-}
-func (f *fsyncCountingFile) Release(ctx context.Context) syscall.Errno {
-	return f.inner.(fs.FileReleaser).Release(ctx)
+	return f.loopbackFile.Fsync(ctx, flags)
 }
 
 // rule D2: a container's fsync of a delegated file returns once the file is

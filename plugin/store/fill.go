@@ -84,10 +84,12 @@ func (s *Store) EnsurePopulated(dir string) error {
 	return d.Setxattr(xattrPopulated, []byte("1"), 0)
 }
 
-// adoptIn is adopt for the entry name of the open store directory d: a
-// regular file or directory is made and given its attributes through its
-// own descriptor (no path lookups, which were most of a populate's work);
-// anything else goes the path-based way.
+// adoptIn creates the entry name of the open store directory d as a copy of
+// the host entry described by st, without content: a regular file becomes a
+// stub fetched on first open. A regular file or directory is made and given
+// its attributes through its own descriptor (no path lookups, which were
+// most of a populate's work); a symlink or special file goes the path-based
+// way (adoptNode).
 func (s *Store) adoptIn(d *hostpath.Dir, name string, st *unix.Stat_t) error {
 	rel := join(d.Rel(), name)
 	var fd int
@@ -106,7 +108,7 @@ func (s *Store) adoptIn(d *hostpath.Dir, name string, st *unix.Stat_t) error {
 			return err
 		}
 	default:
-		return s.adopt(rel, st)
+		return s.adoptNode(rel, st)
 	}
 	if err == nil {
 		err = copyAttrsFd(fd, st)
@@ -136,31 +138,20 @@ func copyAttrsFd(fd int, st *unix.Stat_t) error {
 	return unix.Fsetxattr(fd, xattrBase, baseOf(st).encode(), 0)
 }
 
-// adopt creates rel in the store as a copy of the host entry described by
-// st, without content: a regular file becomes a stub fetched on first open.
+// adopt is adoptIn for the store path rel.
 func (s *Store) adopt(rel string, st *unix.Stat_t) error {
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		if err := s.local.Mkdir(rel, 0o700); err != nil {
-			return err
-		}
-	case unix.S_IFREG:
-		f, err := s.local.OpenFile(rel, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o600)
-		if err != nil {
-			return err
-		}
-		err = f.Truncate(st.Size)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil && st.Size > 0 {
-			err = s.local.Setxattr(rel, xattrStub, []byte("1"), 0)
-		}
-		if err != nil {
-			s.local.Remove(rel)
-			return err
-		}
-	case unix.S_IFLNK:
+	d, err := s.local.OpenDir(dirOf(rel))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return s.adoptIn(d, path.Base(rel), st)
+}
+
+// adoptNode is adoptIn for a symlink (its target read from the host) or a
+// FIFO, socket or device node (the node itself, rule D8).
+func (s *Store) adoptNode(rel string, st *unix.Stat_t) error {
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
 		target, err := s.host.Readlink(rel)
 		if err != nil {
 			return err
@@ -168,10 +159,8 @@ func (s *Store) adopt(rel string, st *unix.Stat_t) error {
 		if err := s.local.Symlink(target, rel); err != nil {
 			return err
 		}
-	default: // FIFO, socket, device: the node itself (rule D8)
-		if err := s.local.Mknod(rel, st.Mode, st.Rdev); err != nil {
-			return err
-		}
+	} else if err := s.local.Mknod(rel, st.Mode, st.Rdev); err != nil {
+		return err
 	}
 	return s.copyAttrs(rel, st)
 }

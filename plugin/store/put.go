@@ -119,14 +119,13 @@ func (s *Store) put(ctx context.Context, rel string) error {
 // tombstone, so that the next Put at rel (the removal, or the container's
 // new file there) knows the host's copy for its own and does not keep it
 // aside as a host edit (rule D7: a spurious conflict copy).
+//
+// rel is looked at after setBase: a removal before it found no base to
+// entomb. A replacement may get the base too, which is what the host has
+// there now, as the tombstone says.
 func (s *Store) recordWritten(rel string, ino uint64, hst *unix.Stat_t) {
-	same := func() bool {
-		cur, err := s.local.Lstat(rel)
-		return err == nil && cur.Ino == ino
-	}
-	// Looked at again after setBase: a removal between the two found no
-	// base to entomb.
-	if !same() || s.setBase(rel, hst) != nil || !same() {
+	err := s.setBase(rel, hst)
+	if cur, lerr := s.local.Lstat(rel); err != nil || lerr != nil || cur.Ino != ino {
 		s.setTomb(rel, baseOf(hst))
 	}
 }
@@ -276,12 +275,12 @@ func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat
 		if err != nil {
 			return nil, err
 		}
-		if err := s.copyAndClose(dst, src); err != nil {
+		written, err := s.fillHostFile(dst, src, rel, st)
+		if err != nil {
 			return nil, err
 		}
-		s.putAttrs(rel, st)
 		s.rebaseLinks(rel, hst.Ino)
-		return nil, nil
+		return written, nil
 	}
 	if exists && hst.Mode&unix.S_IFMT == unix.S_IFDIR {
 		if err := s.host.RemoveAll(rel); err != nil {
@@ -311,15 +310,15 @@ func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat
 	return written, nil
 }
 
-// fillHostFile writes a new host file dst (just created, empty) as the store
-// file src at rel: content, owner, mode, user xattrs and times, all through
-// the open descriptor, and closes it. It returns dst's attributes as the host
+// fillHostFile writes the host file dst (open for writing and empty: just
+// created, or truncated) as the store file src at rel: content, owner, mode,
+// user xattrs and times, all through the open descriptor, and closes it. It returns dst's attributes as the host
 // has them (for the base), or nil if they could not be read.
 //
 // Each call on a share is a round trip (and on sshfs every request waits in
 // one queue on the server), so it makes only those that change something:
-// the owner and mode the host gave the new file are read before any write,
-// while the kernel still has them from the create, and the final attributes
+// the owner and mode the file has are read before any write, while the
+// kernel still has them from the open, and the final attributes
 // come back with the times' setattr reply, so the rename needs no lookup
 // after it.
 func (s *Store) fillHostFile(dst, src *os.File, rel string, st *unix.Stat_t) (*unix.Stat_t, error) {
@@ -406,15 +405,6 @@ func futimens(fd int, ts []unix.Timespec) error {
 // testHookPutWritten, if set (by tests), runs in putFile between writing the
 // temporary file and renaming it over its target.
 var testHookPutWritten func(rel string)
-
-func (s *Store) copyAndClose(dst, src *os.File) error {
-	n, err := io.Copy(dst, src)
-	s.countWrittenBytes(n)
-	if cerr := dst.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
 
 // putSymlink replaces the host entry with a symlink of the same target.
 func (s *Store) putSymlink(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t) error {
