@@ -1,8 +1,13 @@
 // Package journal is the crash-safe record of which store paths hold changes
-// that the host has not seen yet.
+// that the host has not seen yet, and of the tombstones the writeback needs
+// to tell a host edit from its own: what the host had at a path whose store
+// entry is gone (removed or renamed away, not yet written back), or at a
+// symlink, which cannot carry the store's base xattr (rule D7). Without
+// them a restarted plugin would take every such path for one the host
+// changed, and keep a needless conflict copy.
 //
 // It is an append-only file of small checksummed records ("dirty P",
-// "clean P"). A record is appended (write(2), no fsync) BEFORE the change it
+// "clean P", "tomb P = V", "untomb P"). A record is appended (write(2), no fsync) BEFORE the change it
 // covers is made in the store, so a plugin crash at any point leaves every
 // change a container saw succeed either on the host or named here. Sync
 // fsyncs it (for fsync from the container and at shutdown). Open replays the
@@ -11,10 +16,11 @@
 //
 // File format (all integers little endian):
 //
-//	header  "bsjrnl\x00\x01"                       8 bytes: magic and version
-//	record  len uint32 | kind byte | path [len]byte | crc uint32
+//	header  "bsjrnl\x00\x02"                       8 bytes: magic and version
+//	record  len uint32 | kind byte | body [len]byte | crc uint32
 //
-// kind is 'D' (dirty) or 'C' (clean); crc is CRC32C (Castagnoli) of every
+// kind is 'D' (dirty), 'C' (clean) or 'U' (untomb), whose body is a path,
+// or 'T' (tomb), whose body is a path, a NUL and the tombstone's value. crc is CRC32C (Castagnoli) of every
 // byte of the record before it, length included, so a damaged length is
 // caught too. Paths are binary (anything but NUL, newlines included), which
 // is why records are length-prefixed rather than text lines. Replay stops at
@@ -22,6 +28,10 @@
 // check, and truncates the file there: records after a damaged one cannot be
 // framed reliably, and appending behind garbage would make them unreadable
 // too.
+//
+// A version 1 file (no tombstones) is read and rewritten as version 2 at
+// Open; a build that knows only version 1 refuses a version 2 file rather
+// than cut it short.
 //
 // Lock order: Journal.mu only, a leaf: nothing else is locked or called
 // back while it is held. Methods named _foo expect mu held. replay, reset
@@ -43,7 +53,8 @@ import (
 )
 
 const (
-	magic     = "bsjrnl\x00\x01"
+	magic     = "bsjrnl\x00\x02"
+	magicV1   = "bsjrnl\x00\x01"
 	headerLen = int64(len(magic))
 	// recOverhead is a record's size beyond its path: length, kind, crc.
 	recOverhead = 4 + 1 + 4
@@ -51,8 +62,10 @@ const (
 	// for damage rather than for a huge record. Linux paths are far shorter.
 	maxPath = 1 << 20
 
-	kindDirty = 'D'
-	kindClean = 'C'
+	kindDirty  = 'D'
+	kindClean  = 'C'
+	kindTomb   = 'T'
+	kindUntomb = 'U'
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -76,8 +89,9 @@ type Journal struct {
 	mu     sync.Mutex
 	f      *os.File            // opened O_APPEND; nil once closed
 	dirty  map[string]struct{} // the live dirty set
+	tombs  map[string]string   // the live tombstones: path -> value
 	size   int64               // bytes in the file (all complete records)
-	live   int64               // bytes the dirty set's records take
+	live   int64               // bytes the live records (dirty set, tombstones) take
 	floor  int64               // no compaction below this size (raised after a failed one)
 	broken error               // sticky: the file could not be put back in a clean state
 	buf    []byte              // record encoding scratch
@@ -97,47 +111,60 @@ func Open(path string) (*Journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("journal %s: open: %w", path, err)
 	}
-	j := &Journal{path: path, f: f, dirty: make(map[string]struct{}), floor: compactMin}
-	if err := j.replay(); err != nil {
+	j := &Journal{path: path, f: f, dirty: make(map[string]struct{}), tombs: make(map[string]string), floor: compactMin}
+	v1, err := j.replay()
+	if err != nil {
 		f.Close()
 		return nil, err
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j._wantCompact() {
+	if v1 {
+		// Tombstone records must not land in a file whose header says it
+		// has none: rewrite it as version 2 first.
+		if err := j._rewrite(); err != nil {
+			j.f.Close()
+			return nil, fmt.Errorf("journal %s: upgrade from version 1: %w", path, err)
+		}
+	} else if j._wantCompact() {
 		// Not fatal: the file as replayed is valid, just longer than needed.
 		j._compact()
 	}
 	return j, nil
 }
 
-// replay reads the whole file into the dirty set and cuts off whatever
-// follows the last good record. It runs before j is shared.
-func (j *Journal) replay() error {
+// replay reads the whole file into the dirty set and the tombstones and
+// cuts off whatever follows the last good record; v1 reports a version 1
+// file. It runs before j is shared.
+func (j *Journal) replay() (v1 bool, err error) {
 	data, err := io.ReadAll(io.NewSectionReader(j.f, 0, 1<<62))
 	if err != nil {
-		return fmt.Errorf("journal %s: read: %w", j.path, err)
+		return false, fmt.Errorf("journal %s: read: %w", j.path, err)
 	}
 	if int64(len(data)) < headerLen {
 		// New, or created by a run that crashed before its header was
 		// written: either way it holds no records.
-		if !bytes.HasPrefix([]byte(magic), data) {
-			return fmt.Errorf("journal %s: not a bindstate journal (bad header)", j.path)
+		if !bytes.HasPrefix([]byte(magic), data) && !bytes.HasPrefix([]byte(magicV1), data) {
+			return false, fmt.Errorf("journal %s: not a bindstate journal (bad header)", j.path)
 		}
-		return j.reset()
+		return false, j.reset()
 	}
-	if string(data[:headerLen]) != magic {
+	switch string(data[:headerLen]) {
+	case magic:
+	case magicV1:
+		v1 = true
+	default:
 		// Refuse rather than overwrite: the file may name unwritten changes
 		// in a format this build does not know.
-		return fmt.Errorf("journal %s: not a bindstate journal or unknown version (header %q)", j.path, data[:headerLen])
+		return false, fmt.Errorf("journal %s: not a bindstate journal or unknown version (header %q)", j.path, data[:headerLen])
 	}
 	pos := headerLen
 	for pos < int64(len(data)) {
-		rel, kind, n, ok := decode(data[pos:])
-		if !ok {
+		rel, kind, value, n, ok := decode(data[pos:])
+		if !ok || v1 && (kind == kindTomb || kind == kindUntomb) {
 			break
 		}
-		j.apply(rel, kind)
+		j.apply(rel, kind, value)
 		pos += n
 	}
 	j.size = pos
@@ -146,13 +173,13 @@ func (j *Journal) replay() error {
 		// otherwise a crash could bring the bad bytes back in front of
 		// later records, and the next replay would drop those.
 		if err := j.f.Truncate(pos); err != nil {
-			return fmt.Errorf("journal %s: drop damaged tail at %d: %w", j.path, pos, err)
+			return false, fmt.Errorf("journal %s: drop damaged tail at %d: %w", j.path, pos, err)
 		}
 		if err := j.f.Sync(); err != nil {
-			return fmt.Errorf("journal %s: sync after dropping damaged tail: %w", j.path, err)
+			return false, fmt.Errorf("journal %s: sync after dropping damaged tail: %w", j.path, err)
 		}
 	}
-	return nil
+	return v1, nil
 }
 
 // reset makes the file an empty journal (header only), durably.
@@ -173,16 +200,29 @@ func (j *Journal) reset() error {
 	return nil
 }
 
-// apply updates the dirty set for one record (mu held, or not yet shared).
-func (j *Journal) apply(rel string, kind byte) {
-	_, was := j.dirty[rel]
-	switch {
-	case kind == kindDirty && !was:
-		j.dirty[rel] = struct{}{}
-		j.live += recSize(rel)
-	case kind == kindClean && was:
-		delete(j.dirty, rel)
-		j.live -= recSize(rel)
+// apply updates the dirty set or the tombstones for one record (mu held,
+// or not yet shared).
+func (j *Journal) apply(rel string, kind byte, value string) {
+	switch kind {
+	case kindDirty, kindClean:
+		_, was := j.dirty[rel]
+		switch {
+		case kind == kindDirty && !was:
+			j.dirty[rel] = struct{}{}
+			j.live += recSize(rel, kindDirty, "")
+		case kind == kindClean && was:
+			delete(j.dirty, rel)
+			j.live -= recSize(rel, kindDirty, "")
+		}
+	case kindTomb, kindUntomb:
+		if old, was := j.tombs[rel]; was {
+			delete(j.tombs, rel)
+			j.live -= recSize(rel, kindTomb, old)
+		}
+		if kind == kindTomb {
+			j.tombs[rel] = value
+			j.live += recSize(rel, kindTomb, value)
+		}
 	}
 }
 
@@ -199,25 +239,78 @@ func (j *Journal) Pending() []string {
 	return out
 }
 
+// Tombs returns the tombstones found at Open plus those set since and not
+// dropped: path -> value.
+func (j *Journal) Tombs() map[string][]byte {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := make(map[string][]byte, len(j.tombs))
+	for rel, v := range j.tombs {
+		out[rel] = []byte(v)
+	}
+	return out
+}
+
+// checkPath refuses a record body no record can hold.
+func (j *Journal) checkPath(op, rel string, extra int) error {
+	if strings.IndexByte(rel, 0) >= 0 {
+		return fmt.Errorf("journal %s: %s %q: path contains NUL", j.path, op, rel)
+	}
+	if len(rel)+extra > maxPath {
+		return fmt.Errorf("journal %s: %s: path of %d bytes is too long", j.path, op, len(rel))
+	}
+	return nil
+}
+
 // MarkDirty appends a "dirty" record for rel. Cheap when rel is already dirty
 // (no write).
 func (j *Journal) MarkDirty(rel string) error {
-	if strings.IndexByte(rel, 0) >= 0 {
-		return fmt.Errorf("journal %s: mark %q dirty: path contains NUL", j.path, rel)
-	}
-	if len(rel) > maxPath {
-		return fmt.Errorf("journal %s: mark dirty: path of %d bytes is too long", j.path, len(rel))
+	if err := j.checkPath("mark dirty", rel, 0); err != nil {
+		return err
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if _, ok := j.dirty[rel]; ok {
 		return nil
 	}
-	if err := j._append(rel, kindDirty); err != nil {
+	if err := j._append(rel, kindDirty, ""); err != nil {
 		return fmt.Errorf("journal %s: mark %q dirty: %w", j.path, rel, err)
 	}
-	j.apply(rel, kindDirty)
+	j.apply(rel, kindDirty, "")
 	return nil
+}
+
+// SetTomb records value as rel's tombstone (no write if it already is).
+// Like every record it is durable at the next Sync, not before: a
+// tombstone lost in a crash only makes the writeback more careful (D7).
+func (j *Journal) SetTomb(rel string, value []byte) error {
+	if err := j.checkPath("set tombstone", rel, 1+len(value)); err != nil {
+		return err
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if old, ok := j.tombs[rel]; ok && old == string(value) {
+		return nil
+	}
+	if err := j._append(rel, kindTomb, string(value)); err != nil {
+		return fmt.Errorf("journal %s: set tombstone %q: %w", j.path, rel, err)
+	}
+	j.apply(rel, kindTomb, string(value))
+	return j._maybeCompact()
+}
+
+// DropTomb removes rel's tombstone (no write if it has none).
+func (j *Journal) DropTomb(rel string) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if _, ok := j.tombs[rel]; !ok {
+		return nil
+	}
+	if err := j._append(rel, kindUntomb, ""); err != nil {
+		return fmt.Errorf("journal %s: drop tombstone %q: %w", j.path, rel, err)
+	}
+	j.apply(rel, kindUntomb, "")
+	return j._maybeCompact()
 }
 
 // MarkClean appends a "clean" record for rel (no-op if rel is not dirty), and
@@ -231,15 +324,19 @@ func (j *Journal) MarkClean(rel string) error {
 	if _, ok := j.dirty[rel]; !ok {
 		return nil
 	}
-	if err := j._append(rel, kindClean); err != nil {
+	if err := j._append(rel, kindClean, ""); err != nil {
 		return fmt.Errorf("journal %s: mark %q clean: %w", j.path, rel, err)
 	}
-	j.apply(rel, kindClean)
+	j.apply(rel, kindClean, "")
+	return j._maybeCompact()
+}
+
+// _maybeCompact compacts the file when it has grown well past its live
+// records. An error leaves the record just written in place; the file is
+// merely long.
+func (j *Journal) _maybeCompact() error {
 	if j._wantCompact() {
-		if err := j._compact(); err != nil {
-			// The clean record is written; the file is merely long.
-			return err
-		}
+		return j._compact()
 	}
 	return nil
 }
@@ -247,14 +344,14 @@ func (j *Journal) MarkClean(rel string) error {
 // _append writes one record. On a failed or short write it cuts the
 // file back to its last complete record, so later appends stay readable; if
 // even that fails the journal refuses further writes (broken).
-func (j *Journal) _append(rel string, kind byte) error {
+func (j *Journal) _append(rel string, kind byte, value string) error {
 	if j.f == nil {
 		return ErrClosed
 	}
 	if j.broken != nil {
 		return j.broken
 	}
-	j.buf = encode(j.buf[:0], rel, kind)
+	j.buf = encode(j.buf[:0], rel, kind, value)
 	if _, err := j.f.Write(j.buf); err != nil {
 		if terr := j.f.Truncate(j.size); terr != nil {
 			j.broken = fmt.Errorf("unusable after a failed append (%v) could not be undone: %w", err, terr)
@@ -269,7 +366,7 @@ func (j *Journal) _wantCompact() bool {
 	return j.size > j.floor && j.size > compactRatio*(headerLen+j.live)
 }
 
-// _compact rewrites the file to hold only the dirty set: write a temp
+// _compact rewrites the file to hold only the live records: write a temp
 // file, fsync it, rename it over the journal, fsync the directory. A crash
 // at any step leaves either the old file or the new one, both complete. On
 // failure the old file stays in use and no new attempt is made until the
@@ -304,7 +401,15 @@ func (j *Journal) _rewrite() error {
 	buf := make([]byte, 0, headerLen+j.live)
 	buf = append(buf, magic...)
 	for _, rel := range rels {
-		buf = encode(buf, rel, kindDirty)
+		buf = encode(buf, rel, kindDirty, "")
+	}
+	tombs := make([]string, 0, len(j.tombs))
+	for rel := range j.tombs {
+		tombs = append(tombs, rel)
+	}
+	slices.Sort(tombs)
+	for _, rel := range tombs {
+		buf = encode(buf, rel, kindTomb, j.tombs[rel])
 	}
 	if _, err := f.Write(buf); err != nil {
 		return fail(err)
@@ -355,38 +460,61 @@ func (j *Journal) Close() error {
 	return nil
 }
 
-// encode appends one record to buf.
-func encode(buf []byte, rel string, kind byte) []byte {
+// encode appends one record to buf: rel, and for a tombstone its value.
+func encode(buf []byte, rel string, kind byte, value string) []byte {
 	start := len(buf)
-	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(rel)))
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(recSize(rel, kind, value)-recOverhead))
 	buf = append(buf, kind)
 	buf = append(buf, rel...)
+	if kind == kindTomb {
+		buf = append(buf, 0)
+		buf = append(buf, value...)
+	}
 	return binary.LittleEndian.AppendUint32(buf, crc32.Checksum(buf[start:], castagnoli))
 }
 
 // decode reads the record at the start of b. ok is false if b holds no
 // complete, intact record there.
-func decode(b []byte) (rel string, kind byte, n int64, ok bool) {
+func decode(b []byte) (rel string, kind byte, value string, n int64, ok bool) {
 	if len(b) < recOverhead {
-		return "", 0, 0, false
+		return "", 0, "", 0, false
 	}
 	l := binary.LittleEndian.Uint32(b)
 	if l > maxPath || uint64(len(b)) < uint64(l)+recOverhead {
-		return "", 0, 0, false
+		return "", 0, "", 0, false
 	}
 	body := b[:5+l]
 	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(b[5+l:]) {
-		return "", 0, 0, false
+		return "", 0, "", 0, false
 	}
 	kind = body[4]
 	p := body[5:]
-	if (kind != kindDirty && kind != kindClean) || bytes.IndexByte(p, 0) >= 0 {
-		return "", 0, 0, false
+	switch kind {
+	case kindDirty, kindClean, kindUntomb:
+		if bytes.IndexByte(p, 0) >= 0 {
+			return "", 0, "", 0, false
+		}
+	case kindTomb:
+		i := bytes.IndexByte(p, 0)
+		if i < 0 {
+			return "", 0, "", 0, false
+		}
+		p, value = p[:i], string(p[i+1:])
+	default:
+		return "", 0, "", 0, false
 	}
-	return string(p), kind, int64(l) + recOverhead, true
+	return string(p), kind, value, int64(l) + recOverhead, true
 }
 
-func recSize(rel string) int64 { return int64(len(rel)) + recOverhead }
+// recSize is the size of the record of kind for rel (and a tombstone's
+// value).
+func recSize(rel string, kind byte, value string) int64 {
+	n := int64(len(rel)) + recOverhead
+	if kind == kindTomb {
+		n += 1 + int64(len(value))
+	}
+	return n
+}
 
 func tempPath(path string) string { return path + ".tmp" }
 

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -58,7 +59,7 @@ func records(t *testing.T, path string) (kinds []byte, rels []string, rest int) 
 	}
 	b := data[headerLen:]
 	for len(b) > 0 {
-		rel, kind, n, ok := decode(b)
+		rel, kind, _, n, ok := decode(b)
 		if !ok {
 			break
 		}
@@ -127,7 +128,7 @@ func TestTornTailIsDropped(t *testing.T) {
 	good := size(t, path)
 
 	// Every proper prefix of a record is a torn write.
-	rec := encode(nil, "torn", kindDirty)
+	rec := encode(nil, "torn", kindDirty, "")
 	for cut := 1; cut < len(rec); cut++ {
 		if err := os.Truncate(path, good); err != nil {
 			t.Fatal(err)
@@ -165,7 +166,7 @@ func TestCorruptRecordIsDropped(t *testing.T) {
 		{"length", 0},
 		{"kind", 4},
 		{"path", 6},
-		{"crc", int64(len(encode(nil, "third", kindDirty))) - 1},
+		{"crc", int64(len(encode(nil, "third", kindDirty, ""))) - 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -250,7 +251,7 @@ func TestCompactionKeepsExactlyTheDirtySet(t *testing.T) {
 	var live int64
 	for rel := range want {
 		wantList = append(wantList, rel)
-		live += recSize(rel)
+		live += recSize(rel, kindDirty, "")
 	}
 	if got := size(t, path); got > compactRatio*(headerLen+live) {
 		t.Fatalf("journal not compacted: %d bytes for %d live bytes", got, live)
@@ -399,4 +400,113 @@ func copyFile(t *testing.T, from, to string) {
 	if err := os.WriteFile(to, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// wantTombs checks j's tombstones.
+func wantTombs(t *testing.T, j *Journal, want map[string]string) {
+	t.Helper()
+	got := map[string]string{}
+	for rel, v := range j.Tombs() {
+		got[rel] = string(v)
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("tombstones = %q, want %q", got, want)
+	}
+}
+
+// Tombstones (rule D7: what the host had at a path the store no longer
+// has) survive a restart, beside the dirty set and independent of it.
+func TestD7_TombstonesSurviveReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal")
+	j := open(t, path)
+	value := "base\x00with\nany\xffbytes"
+	for _, step := range []struct {
+		rel, value string
+	}{{"gone", "v1"}, {"link", value}, {"gone", "v2"}, {"dropped", "x"}} {
+		if err := j.SetTomb(step.rel, []byte(step.value)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := j.DropTomb("dropped"); err != nil {
+		t.Fatal(err)
+	}
+	mark(t, j, true, "gone")
+	before := size(t, path)
+	if err := j.SetTomb("link", []byte(value)); err != nil { // unchanged: no record
+		t.Fatal(err)
+	}
+	if err := j.DropTomb("never"); err != nil {
+		t.Fatal(err)
+	}
+	if got := size(t, path); got != before {
+		t.Fatalf("journal grew from %d to %d bytes for no change", before, got)
+	}
+	want := map[string]string{"gone": "v2", "link": value}
+	wantTombs(t, j, want)
+	j.Close()
+
+	j = open(t, path)
+	wantTombs(t, j, want)
+	wantPending(t, j, "gone")
+	if err := j.compact(); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	j = open(t, path)
+	wantTombs(t, j, want)
+	wantPending(t, j, "gone")
+	if err := j.SetTomb("bad\x00name", nil); err == nil {
+		t.Fatal("a path with NUL was accepted")
+	}
+}
+
+// A version 1 journal (before tombstones) is read, and rewritten as
+// version 2 before a tombstone is appended to it.
+func TestVersion1JournalIsUpgraded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal")
+	old := []byte(magicV1)
+	old = encode(old, "a", kindDirty, "")
+	old = encode(old, "b", kindDirty, "")
+	old = encode(old, "a", kindClean, "")
+	if err := os.WriteFile(path, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j := open(t, path)
+	wantPending(t, j, "b")
+	if err := j.SetTomb("t", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	kinds, rels, rest := records(t, path) // fails unless the header is version 2
+	if rest != 0 || string(kinds) != "DT" || !slices.Equal(rels, []string{"b", "t"}) {
+		t.Fatalf("upgraded file: kinds %q rels %q, %d bytes left", kinds, rels, rest)
+	}
+	j = open(t, path)
+	wantPending(t, j, "b")
+	wantTombs(t, j, map[string]string{"t": "v"})
+}
+
+// A tombstone record torn by a crash is dropped like any other.
+func TestTornTombstoneIsDropped(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal")
+	j := open(t, path)
+	if err := j.SetTomb("whole", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	rec := encode(nil, "torn", kindTomb, "value")
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(rec[:len(rec)-3])
+	f.Close()
+	j = open(t, path)
+	wantTombs(t, j, map[string]string{"whole": "v"})
+	if err := j.SetTomb("after", []byte("w")); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	j = open(t, path)
+	wantTombs(t, j, map[string]string{"whole": "v", "after": "w"})
 }

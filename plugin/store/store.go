@@ -92,9 +92,11 @@ type Store struct {
 	// tombs are the bases of host paths whose store entry was removed or
 	// renamed away and whose writeback has not happened yet (delegated), and
 	// of symlinks (which cannot carry the base xattr): the writeback compares
-	// the host against them (rule D7). Kept in memory only: after a restart
-	// the comparison falls back to "unknown", which keeps the host's copy
-	// aside rather than lose it.
+	// the host against them (rule D7). A delegated store keeps them in its
+	// journal too, so that a restarted plugin still tells its own removals
+	// and replacements from host edits. One lost (a crash before the
+	// journal's next sync) makes the comparison "unknown", which keeps the
+	// host's copy aside rather than lose it.
 	tombMu  sync.Mutex
 	tombs   map[string]Base
 	fetched atomic.Int64 // files whose content came from the host
@@ -142,6 +144,12 @@ func Open(cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("store: %w", err)
 		}
 		s.journal = j
+		// Before the queue starts writing back what an earlier run left.
+		for rel, v := range j.Tombs() {
+			if b, ok := decodeBase(v); ok {
+				s.setTomb(rel, b)
+			}
+		}
 		s.queue = writeback.New(j, putter{s}, cfg.WriteBack)
 		if n := len(j.Pending()); n > 0 {
 			s.log.Info("resuming writeback left by an earlier run", "pending", n)
@@ -485,11 +493,34 @@ func (s *Store) holdBusy(rel string, f *os.File) func() {
 // setTomb remembers the base of a host path whose store entry is gone.
 func (s *Store) setTomb(rel string, b Base) {
 	s.tombMu.Lock()
+	defer s.tombMu.Unlock()
 	if s.tombs == nil {
 		s.tombs = make(map[string]Base)
 	}
+	if old, ok := s.tombs[rel]; ok && old == b {
+		return
+	}
 	s.tombs[rel] = b
-	s.tombMu.Unlock()
+	s.persistTomb(rel, &b)
+}
+
+// persistTomb records rel's tombstone (nil: its removal) in the journal of
+// a delegated store; tombMu held, so the journal sees changes in the order
+// the map does. A failure is logged, not returned: without the record a
+// restarted plugin only keeps one host copy aside needlessly (see tombs).
+func (s *Store) persistTomb(rel string, b *Base) {
+	if s.journal == nil {
+		return
+	}
+	var err error
+	if b != nil {
+		err = s.journal.SetTomb(rel, b.encode())
+	} else {
+		err = s.journal.DropTomb(rel)
+	}
+	if err != nil {
+		s.log.Warn("recording a tombstone in the journal", "path", rel, "err", err)
+	}
 }
 
 // entombBase keeps rel's base before its store entry is removed.
@@ -534,23 +565,29 @@ func (s *Store) moveTombs(oldRel, newRel string, exchange bool) {
 		if rest, ok := beneath(p, oldRel); ok {
 			moved[newRel+rest] = b
 			delete(s.tombs, p)
+			s.persistTomb(p, nil)
 		} else if rest, ok := beneath(p, newRel); ok {
 			if exchange {
 				moved[oldRel+rest] = b
 			}
 			delete(s.tombs, p)
+			s.persistTomb(p, nil)
 		}
 	}
 	for p, b := range moved {
 		s.tombs[p] = b
+		s.persistTomb(p, &b)
 	}
 }
 
 // dropTomb forgets rel's tombstone once the host matches the store there.
 func (s *Store) dropTomb(rel string) {
 	s.tombMu.Lock()
-	delete(s.tombs, rel)
-	s.tombMu.Unlock()
+	defer s.tombMu.Unlock()
+	if _, ok := s.tombs[rel]; ok {
+		delete(s.tombs, rel)
+		s.persistTomb(rel, nil)
+	}
 }
 
 // pinBase sets rel's base to b, or removes it when there is none.

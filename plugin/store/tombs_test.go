@@ -1,0 +1,142 @@
+package store
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bindstate/bindstate/plugin/consistency"
+	"github.com/bindstate/bindstate/plugin/hostpath"
+	"github.com/bindstate/bindstate/plugin/writeback"
+)
+
+// restartRig opens a delegated store over a host folder and can close and
+// reopen it on the same tree and journal: a plugin restart.
+type restartRig struct {
+	base, host string
+	root       *hostpath.Root
+	s          *Store
+}
+
+func newRestartRig(t *testing.T, setup func(host string)) *restartRig {
+	t.Helper()
+	r := &restartRig{base: t.TempDir()}
+	r.host = filepath.Join(r.base, "host")
+	if err := os.Mkdir(r.host, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	setup(r.host)
+	root, err := hostpath.Open(r.host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.root = root
+	t.Cleanup(func() {
+		r.s.Close()
+		root.Close()
+	})
+	r.open(t)
+	return r
+}
+
+func (r *restartRig) open(t *testing.T) {
+	t.Helper()
+	s, err := Open(Config{
+		Host: r.root, Tree: filepath.Join(r.base, "tree"), Journal: filepath.Join(r.base, "journal"),
+		State: consistency.Delegated,
+		// Nothing is written back on its own before the restart.
+		WriteBack: writeback.Options{Delay: time.Hour},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.s = s
+}
+
+// restart closes the store, runs down (what happens on the host while the
+// plugin is down), and opens it again.
+func (r *restartRig) restart(t *testing.T, down func()) {
+	t.Helper()
+	if err := r.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	down()
+	r.open(t)
+}
+
+// conflictCopies lists the host's conflict copies of name.
+func conflictCopies(t *testing.T, host, name string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), name+".bindstate-conflict-") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// Rule D7 across a restart: the tombstones (what the host had at a path the
+// container removed or replaced) are journaled, so a plugin restarted before
+// the writeback still tells a host edit from its own change. Before, it
+// knew nothing after a restart: a host edit to a file the container deleted
+// was removed with only a log line, and a symlink the container replaced
+// got a needless conflict copy.
+func TestD7_TombstonesSurviveARestart(t *testing.T) {
+	r := newRestartRig(t, func(h string) {
+		os.WriteFile(filepath.Join(h, "edited"), []byte("host v1"), 0o644)
+		os.WriteFile(filepath.Join(h, "untouched"), []byte("host"), 0o644)
+		os.Symlink("t1", filepath.Join(h, "link"))
+	})
+	ctx := context.Background()
+	if err := r.s.EnsurePopulated(""); err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{"edited", "untouched", "link"} {
+		if err := r.s.Unlink(ctx, rel); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.s.Symlink(ctx, "t2", "link", Owner{Uid: os.Getuid(), Gid: os.Getgid()}); err != nil {
+		t.Fatal(err)
+	}
+	r.restart(t, func() {
+		// While the plugin is down, the host edits one of the deleted files.
+		if err := os.WriteFile(filepath.Join(r.host, "edited"), []byte("host v2, longer"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err := r.s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := os.Lstat(filepath.Join(r.host, "untouched")); !os.IsNotExist(err) {
+		t.Errorf("host untouched: %v, want removed", err)
+	}
+	if got := conflictCopies(t, r.host, "untouched"); len(got) != 0 {
+		t.Errorf("conflict copies of a file the host did not change: %q", got)
+	}
+	if _, err := os.Lstat(filepath.Join(r.host, "edited")); !os.IsNotExist(err) {
+		t.Errorf("host edited: %v, want removed (the container deleted it)", err)
+	}
+	copies := conflictCopies(t, r.host, "edited")
+	if len(copies) != 1 {
+		t.Fatalf("conflict copies of the file the host edited while the plugin was down: %q, want 1", copies)
+	}
+	if b, _ := os.ReadFile(filepath.Join(r.host, copies[0])); string(b) != "host v2, longer" {
+		t.Errorf("conflict copy holds %q", b)
+	}
+	if target, err := os.Readlink(filepath.Join(r.host, "link")); err != nil || target != "t2" {
+		t.Errorf("host link -> %q (%v), want t2", target, err)
+	}
+	if got := conflictCopies(t, r.host, "link"); len(got) != 0 {
+		t.Errorf("conflict copies of the symlink only the container replaced: %q", got)
+	}
+}
