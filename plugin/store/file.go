@@ -38,6 +38,9 @@ func (s *Store) Open(ctx context.Context, rel string, flags int, relNow func() (
 	write := isWrite(flags)
 	trunc := write && flags&unix.O_TRUNC != 0
 	r := s.routeFor(ctx)
+	if r == routeJournal {
+		s.queue.Touch() // the container is busy: background writeback waits
+	}
 	switch {
 	case r == routeLocal:
 		// The applier opens only to raise events; content stays lazy.

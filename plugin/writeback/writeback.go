@@ -28,6 +28,14 @@
 // Nothing is ever dropped: a failed path stays in the journal and is retried
 // forever with capped backoff; Flush reports it.
 //
+// Background writeback yields to a busy container: a due path waits until
+// no change has been made for Quiet (a build, an untar, npm install: the
+// container is making changes faster than the share could take them, and on
+// a small machine the writeback's share traffic takes CPU from it), but no
+// path waits longer than MaxDelay after its change. The kernel's dirty page
+// writeback works the same way (dirty_expire). A Flush (fsync, the exit
+// flush) never waits for quiet.
+//
 // Scheduling uses one goroutine and one timer for the whole queue: paths
 // waiting for their delay or backoff sit in a heap ordered by due time, then
 // by the order they became dirty (oldest first); the timer is set for the
@@ -42,6 +50,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bindstate/bindstate/plugin/journal"
@@ -59,12 +68,16 @@ type Options struct {
 	Delay      time.Duration // how long a path stays dirty before writeback starts (default 1s); also the first retry backoff
 	Workers    int           // parallel Puts (default 8)
 	MaxBackoff time.Duration // cap on retry backoff (default 30s)
+	Quiet      time.Duration // background writeback waits until no change for this long (default 300ms; negative: never waits)
+	MaxDelay   time.Duration // ... but starts a path's writeback at most this long after its change (default 30s)
 }
 
 const (
 	defaultDelay      = time.Second
 	defaultWorkers    = 8
 	defaultMaxBackoff = 30 * time.Second
+	defaultQuiet      = 300 * time.Millisecond
+	defaultMaxDelay   = 30 * time.Second
 )
 
 // ErrClosed is returned by calls on a closed Queue.
@@ -195,6 +208,10 @@ type Queue struct {
 	stop   chan struct{} // closed by Close
 	wg     sync.WaitGroup
 
+	// lastChange is when the latest MarkDirty or Touch came (UnixNano):
+	// background writeback waits for it to be Quiet ago.
+	lastChange atomic.Int64
+
 	mu      sync.Mutex
 	work    sync.Cond // idle workers wait here for a due item
 	settled sync.Cond // MarkDirty waits here while a path's record is being written
@@ -221,6 +238,12 @@ func New(j *journal.Journal, put Putter, opts Options) *Queue {
 	}
 	if opts.MaxBackoff <= 0 {
 		opts.MaxBackoff = defaultMaxBackoff
+	}
+	if opts.Quiet == 0 {
+		opts.Quiet = defaultQuiet
+	}
+	if opts.MaxDelay <= 0 {
+		opts.MaxDelay = defaultMaxDelay
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	q := &Queue{
@@ -254,6 +277,7 @@ func New(j *journal.Journal, put Putter, opts Options) *Queue {
 // For a path already queued this is the hot path (the store calls it twice
 // per container write): a lock, a map lookup and a generation bump.
 func (q *Queue) MarkDirty(rel string) error {
+	q.Touch()
 	q.mu.Lock()
 	for {
 		if q.closed {
@@ -291,6 +315,39 @@ func (q *Queue) MarkDirty(rel string) error {
 	it.due = now.Add(q.opts.Delay)
 	q._push(it)
 	return nil
+}
+
+// Touch tells the queue the container is busy with the mount (a change, or
+// an open): background writeback waits until it has been quiet for a while
+// (Options.Quiet). MarkDirty touches too.
+func (q *Queue) Touch() {
+	if q.opts.Quiet > 0 {
+		q.lastChange.Store(time.Now().UnixNano())
+	}
+}
+
+// _readyAt is when a worker may start it: its due time, or for background
+// writeback (no Flush waits for it) once the container has been quiet for
+// Quiet, but no later than MaxDelay after its change.
+func (q *Queue) _readyAt(it *item) time.Time {
+	if len(it.waits) > 0 || q.opts.Quiet <= 0 {
+		return it.due
+	}
+	quiet := time.Unix(0, q.lastChange.Load()).Add(q.opts.Quiet)
+	if !quiet.After(it.due) {
+		return it.due
+	}
+	if latest := it.since.Add(q.opts.MaxDelay); latest.Before(quiet) {
+		return maxTime(latest, it.due)
+	}
+	return quiet
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // Hold marks rel dirty (journaled before it returns, as MarkDirty) and keeps
@@ -443,12 +500,11 @@ func (q *Queue) _await(f *flusher, it *item, now time.Time) {
 	f.open[it] = struct{}{}
 	it.waits = append(it.waits, waiter{f: f, gen: it.gen})
 	if it.parked() { // held: parked outside the heap
-		it.due = now
 		q._push(it)
 		return
 	}
-	if it.index >= 0 && it.due.After(now) {
-		it.due = now
+	if it.index >= 0 && !it.due.IsZero() {
+		it.due = time.Time{} // first, ahead of background writeback (see _readyAt)
 		heap.Fix(&q.wait, it.index)
 		q._kick()
 	}
@@ -514,7 +570,7 @@ func (q *Queue) scheduler() {
 		q.mu.Lock()
 		wait := time.Duration(-1)
 		if len(q.wait) > 0 {
-			if d := time.Until(q.wait[0].due); d > 0 {
+			if d := time.Until(q._readyAt(q.wait[0])); d > 0 {
 				wait = d
 			} else {
 				q.work.Broadcast()
@@ -544,7 +600,7 @@ func (q *Queue) worker() {
 		if q.closed {
 			return
 		}
-		if len(q.wait) == 0 || q.wait[0].due.After(time.Now()) {
+		if len(q.wait) == 0 || q._readyAt(q.wait[0]).After(time.Now()) {
 			q.work.Wait()
 			continue
 		}
@@ -650,7 +706,7 @@ func (q *Queue) _resolve(it *item, gen uint64, err error) {
 // _push puts it in the heap, at once if a Flush waits for it.
 func (q *Queue) _push(it *item) {
 	if len(it.waits) > 0 {
-		it.due = time.Now()
+		it.due = time.Time{} // first, ahead of background writeback (see _readyAt)
 	}
 	heap.Push(&q.wait, it)
 	q._kick()

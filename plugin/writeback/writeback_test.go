@@ -784,3 +784,84 @@ func (r *rig) waitClean(t *testing.T, rel string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// busy makes changes (MarkDirty of other paths) every few milliseconds until
+// the returned stop is called: a container untarring into the mount.
+func (r *rig) busy(t *testing.T) (stop func()) {
+	t.Helper()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			r.q.Touch() // an open
+			if err := r.q.MarkDirty(fmt.Sprintf("busy/%d", i%50)); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// Background writeback waits while the container keeps making changes, and
+// starts once it has been quiet for Quiet.
+func TestBackgroundWritebackWaitsForQuiet(t *testing.T) {
+	r := newRig(t, Options{Delay: time.Millisecond, Quiet: 2 * time.Second, MaxDelay: never})
+	r.dirty(t, "a")
+	stop := r.busy(t)
+	r.p.none(t, 1500*time.Millisecond) // due long ago, but the container is busy
+	stop()
+	c := r.p.next(t) // within Quiet of the last change
+	if c.rel != "a" {
+		t.Fatalf("put %q first, want a (oldest)", c.rel)
+	}
+	c.ok()
+	r.waitClean(t, "a")
+}
+
+// No change waits longer than MaxDelay, however busy the container is.
+func TestBackgroundWritebackStartsAfterMaxDelayWhileBusy(t *testing.T) {
+	r := newRig(t, Options{Delay: time.Millisecond, Quiet: never, MaxDelay: 200 * time.Millisecond})
+	stop := r.busy(t)
+	defer stop()
+	r.dirty(t, "a")
+	for {
+		c := r.p.next(t) // busy/* paths first dirtied before a may come first
+		c.ok()
+		if c.rel == "a" {
+			break
+		}
+	}
+	r.waitClean(t, "a")
+}
+
+// A Flush (fsync, the exit flush: rules D2, D4) does not wait for quiet, nor
+// behind background writeback that waits for it.
+func TestD2_FlushDoesNotWaitForQuiet(t *testing.T) {
+	r := newRig(t, Options{Delay: time.Millisecond, Quiet: never, MaxDelay: never})
+	r.dirty(t, "old") // due first, but waiting for quiet
+	time.Sleep(5 * time.Millisecond)
+	r.dirty(t, "a")
+	stop := r.busy(t)
+	defer stop()
+	done := r.flush(t.Context(), "a")
+	c := r.p.next(t)
+	if c.rel != "a" {
+		t.Fatalf("put %q, want the flushed a", c.rel)
+	}
+	c.ok()
+	if err := result(t, done); err != nil {
+		t.Fatal(err)
+	}
+	r.p.none(t, 100*time.Millisecond) // old still waits for quiet
+	if !r.q.IsDirty("old") {
+		t.Fatal("old written while the container was busy")
+	}
+}
