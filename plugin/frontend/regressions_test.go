@@ -413,3 +413,33 @@ func TestC3_CloseOfAWrittenThroughFileReachesTheHost(t *testing.T) {
 		})
 	}
 }
+
+// A SETATTR reply carries the mount's attribute timeout, as a LOOKUP or
+// GETATTR reply does: the attributes it returns are the store's, fresh.
+// Before, go-fuse left it at 0, so the kernel asked again (GETATTR) at the
+// next open or stat of every file that tar, cp -p or chmod -R had touched.
+func TestStatAfterChmodCostsNoRequest(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			r := newRig(t, st, func(h string) { writeFile(t, filepath.Join(h, "f"), "f") })
+			p := r.mntPath("f")
+			readFile(t, p)
+			if err := os.Chmod(p, 0o640); err != nil {
+				t.Fatal(err)
+			}
+			before := r.front.Status().Ops["getattr"]
+			for range 3 {
+				fi, err := os.Stat(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if fi.Mode().Perm() != 0o640 {
+					t.Fatalf("mode %v after chmod 640", fi.Mode())
+				}
+			}
+			if got := r.front.Status().Ops["getattr"] - before; got != 0 {
+				t.Errorf("%s: %d GETATTR requests for 3 stats right after a chmod, want 0", st, got)
+			}
+		})
+	}
+}

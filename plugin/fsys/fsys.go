@@ -61,7 +61,7 @@ func New(st *store.Store, mountpoint string, o Options) (*Mount, error) {
 	if err != nil {
 		return nil, err
 	}
-	fsys := &filesystem{store: st, log: o.Log, passthrough: !o.NoPassthrough}
+	fsys := &filesystem{store: st, log: o.Log, passthrough: !o.NoPassthrough, attrTimeout: o.AttrTimeout}
 	root := &node{fs: fsys}
 	timeout := o.AttrTimeout
 	opts := &fs.Options{
@@ -156,6 +156,7 @@ type filesystem struct {
 	store       *store.Store
 	log         *slog.Logger
 	passthrough bool
+	attrTimeout time.Duration // Options.AttrTimeout
 }
 
 // origin marks requests made by the syncer's own threads as host-origin

@@ -179,7 +179,14 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if err != nil {
 		return n.fs.errno(err, "setattr", rel)
 	}
-	return n.Getattr(ctx, f, out)
+	if errno := n.Getattr(ctx, f, out); errno != 0 {
+		return errno
+	}
+	// go-fuse leaves a SETATTR reply's timeout at 0 (it sets one for
+	// GETATTR only), and the kernel would then ask again at the file's next
+	// open or stat: a round trip per file after tar, cp -p or chmod -R.
+	out.SetTimeout(n.fs.attrTimeout)
+	return 0
 }
 
 // created looks up what an operation just made and hands it to the kernel.
