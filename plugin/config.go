@@ -36,6 +36,7 @@ type config struct {
 	UnmountFlushTimeout time.Duration
 	FuseDebug           bool   // FUSE_DEBUG: log every FUSE request
 	ControlSocket       string // CONTROL_SOCKET: the control socket ("": beside the plugin socket)
+	CPUProfile          string // CPU_PROFILE: write a pprof CPU profile of the whole run here ("": none)
 }
 
 // envHelp documents the environment for usage messages.
@@ -53,6 +54,8 @@ const envHelp = `environment:
   CONTROL_SOCKET         control socket of the bindstate commands (default: beside the
                          plugin socket, /run/docker/plugins/bindstate-control/control.sock;
                          for a managed plugin the host sees it in /run/docker/plugins/<plugin ID>/)
+  CPU_PROFILE            write a Go CPU profile of the run to this file, for go tool pprof
+                         (default none; for measuring, see contrib/bench/README.md)
 `
 
 var socketNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
@@ -157,6 +160,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 			bad("CONTROL_SOCKET=%q: must be an absolute socket path, e.g. /run/bindstate/control.sock", v)
 		}
 		c.ControlSocket = filepath.Clean(v)
+	}
+
+	if v := getenv("CPU_PROFILE"); v != "" {
+		if !filepath.IsAbs(v) || strings.HasSuffix(v, "/") {
+			bad("CPU_PROFILE=%q: must be an absolute file path, e.g. /tmp/bindstate.pprof", v)
+		}
+		c.CPUProfile = filepath.Clean(v)
 	}
 
 	if err := errors.Join(errs...); err != nil {

@@ -61,6 +61,7 @@ func TestConfigManaged(t *testing.T) {
 		"SOCKET_GID":            "999",
 		"UNMOUNT_FLUSH_TIMEOUT": "20s",
 		"FUSE_DEBUG":            "1",
+		"CPU_PROFILE":           "/tmp//bs.pprof",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +77,7 @@ func TestConfigManaged(t *testing.T) {
 		SocketGID:           999,
 		UnmountFlushTimeout: 20 * time.Second,
 		FuseDebug:           true,
+		CPUProfile:          "/tmp/bs.pprof",
 	}
 	if !equal(c, want) {
 		t.Fatalf("\n got %+v\nwant %+v", c, want)
@@ -117,6 +119,7 @@ func TestConfigErrors(t *testing.T) {
 		{map[string]string{"UNMOUNT_FLUSH_TIMEOUT": "-1s"}, []string{"positive"}},
 		{map[string]string{"FUSE_DEBUG": "yes please"}, []string{`FUSE_DEBUG="yes please"`, "true or false"}},
 		{map[string]string{"CONTROL_SOCKET": "ctl.sock"}, []string{`CONTROL_SOCKET="ctl.sock"`, "absolute"}},
+		{map[string]string{"CPU_PROFILE": "cpu.pprof"}, []string{`CPU_PROFILE="cpu.pprof"`, "absolute file path"}},
 		// Every problem is reported at once.
 		{map[string]string{"LOG_LEVEL": "x", "SOCKET_GID": "y"}, []string{"LOG_LEVEL", "SOCKET_GID"}},
 	}

@@ -52,6 +52,7 @@ func TestServeAndStop(t *testing.T) {
 			"STATE_DIR":   filepath.Join(dir, "state"),
 			"SOCKET_NAME": sock,
 			"LOG_LEVEL":   "debug",
+			"CPU_PROFILE": filepath.Join(dir, "cpu.pprof"),
 		}), io.Discard, &logs)
 	}()
 	client := &http.Client{Transport: &http.Transport{
@@ -128,6 +129,10 @@ func TestServeAndStop(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "state", "mnt")); err != nil {
 		t.Fatalf("mount root not created: %v", err)
+	}
+	// CPU_PROFILE: a complete profile (gzipped protobuf) once stopped.
+	if prof, err := os.ReadFile(filepath.Join(dir, "cpu.pprof")); err != nil || len(prof) < 2 || prof[0] != 0x1f || prof[1] != 0x8b {
+		t.Fatalf("CPU profile not written at stop: %v (%d bytes)", err, len(prof))
 	}
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		if !json.Valid([]byte(line)) {

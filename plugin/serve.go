@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"time"
 
 	"github.com/bindstate/bindstate/plugin/control"
@@ -33,6 +34,14 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ring *control.Ring
 	}
 	if err := os.MkdirAll(cfg.MountRoot, 0o755); err != nil {
 		return err
+	}
+	if cfg.CPUProfile != "" {
+		stop, err := startCPUProfile(cfg.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		log.Info("writing a CPU profile until the plugin stops", "path", cfg.CPUProfile)
 	}
 	policy := cfg.policy()
 	opener := frontend.New(frontend.Config{
@@ -148,4 +157,22 @@ func listenUnix(path string, gid int) (net.Listener, error) {
 		return nil, fmt.Errorf("socket mode: %w", err)
 	}
 	return ln, nil
+}
+
+// startCPUProfile writes a CPU profile of the process to path until the
+// returned stop is called (at a clean stop: SIGTERM or SIGINT). For
+// measuring where the plugin's time goes (make bench, go tool pprof).
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile %s: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

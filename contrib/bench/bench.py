@@ -270,7 +270,7 @@ class Plugin:
 
     seq = 0
 
-    def __init__(self, binary, work, allowed_roots, tag, fuse_debug=False):
+    def __init__(self, binary, work, allowed_roots, tag, fuse_debug=False, cpu_profile=False):
         Plugin.seq += 1
         self.binary = binary
         self.dir = os.path.join(work, "p", "%03d-%s" % (Plugin.seq, tag))
@@ -280,6 +280,7 @@ class Plugin:
         self.logpath = os.path.join(self.dir, "plugin.log")
         self.allowed_roots = allowed_roots
         self.fuse_debug = fuse_debug
+        self.cpu_profile = cpu_profile
         self.proc = None
         self.mounts = []  # (name, id)
 
@@ -295,6 +296,8 @@ class Plugin:
         env.update({"SOCKET_NAME": self.sock, "STATE_DIR": self.state, "MOUNT_ROOT": self.mnt,
                     "ALLOWED_ROOTS": self.allowed_roots, "HOST_PREFIX": "", "LOG_LEVEL": "info",
                     "UNMOUNT_FLUSH_TIMEOUT": "600s", "FUSE_DEBUG": "true" if self.fuse_debug else "false"})
+        if self.cpu_profile:
+            env["CPU_PROFILE"] = os.path.join(self.dir, "cpu.pprof")
         self.logf = open(self.logpath, "wb")
         self.proc = subprocess.Popen([self.binary], env=env, stdout=self.logf, stderr=self.logf,
                                      start_new_session=True)
@@ -958,7 +961,7 @@ class Bench:
                     target = os.path.join(self.S, rel)
                 else:
                     plugin = Plugin(self.plugin_bin, self.work, self.work, "%s-%s-r%d" % (cfg, w.name.replace(" ", ""), rep),
-                                    fuse_debug=self.a.fuse_debug)
+                                    fuse_debug=self.a.fuse_debug, cpu_profile=self.a.cpu_profile)
                     plugin.start()
                     vol = "%s-%s-r%d" % (cfg, w.name.replace(" ", "").lower(), rep)
                     target, mount_s = plugin.volume(vol, os.path.join(self.S, rel), cfg)
@@ -1193,6 +1196,8 @@ def main(argv=None):
     ap.add_argument("--no-extras", dest="extras", action="store_false")
     ap.add_argument("--extras-only", default="", metavar="PARTS",
                     help="run no workload, only these extras: big (100k-file source), flush (exit flush), or both")
+    ap.add_argument("--cpu-profile", action="store_true",
+                    help="have each plugin write a Go CPU profile, WORK/p/NNN-TAG/cpu.pprof (go tool pprof)")
     ap.add_argument("--fuse-debug", action="store_true", help="run the plugin with FUSE_DEBUG=true (slow)")
     ap.add_argument("--name", default=None, help="results file stem (default bench or bench-quick)")
     a = ap.parse_args(argv)
