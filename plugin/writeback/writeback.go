@@ -28,13 +28,13 @@
 // Nothing is ever dropped: a failed path stays in the journal and is retried
 // forever with capped backoff; Flush reports it.
 //
-// Background writeback yields to a busy container: a due path waits until
-// no change has been made for Quiet (a build, an untar, npm install: the
-// container is making changes faster than the share could take them, and on
-// a small machine the writeback's share traffic takes CPU from it), but no
-// path waits longer than MaxDelay after its change. The kernel's dirty page
-// writeback works the same way (dirty_expire). A Flush (fsync, the exit
-// flush) never waits for quiet.
+// Background writeback yields to a busy container: while changes keep coming
+// (a build, an untar, npm install: the container is making changes faster
+// than the share could take them, and on a small machine the writeback's
+// share traffic takes CPU from it) at most BusyWorkers Puts run, until no
+// change has been made for Quiet; no path waits longer than MaxDelay after
+// its change for a full-speed writeback. The kernel's dirty page writeback
+// works alike (dirty_expire). A Flush (fsync, the exit flush) never waits.
 //
 // Scheduling uses one goroutine and one timer for the whole queue: paths
 // waiting for their delay or backoff sit in a heap ordered by due time, then
@@ -65,19 +65,21 @@ type Putter interface {
 
 // Options tune a Queue. Zero values pick defaults.
 type Options struct {
-	Delay      time.Duration // how long a path stays dirty before writeback starts (default 1s); also the first retry backoff
-	Workers    int           // parallel Puts (default 8)
-	MaxBackoff time.Duration // cap on retry backoff (default 30s)
-	Quiet      time.Duration // background writeback waits until no change for this long (default 300ms; negative: never waits)
-	MaxDelay   time.Duration // ... but starts a path's writeback at most this long after its change (default 30s)
+	Delay       time.Duration // how long a path stays dirty before writeback starts (default 1s); also the first retry backoff
+	Workers     int           // parallel Puts (default 8)
+	MaxBackoff  time.Duration // cap on retry backoff (default 30s)
+	Quiet       time.Duration // full-speed background writeback waits until no change for this long (default 300ms; negative: never waits)
+	BusyWorkers int           // Puts that run meanwhile (default 1; negative: none)
+	MaxDelay    time.Duration // ... but a path waits at most this long after its change (default 30s)
 }
 
 const (
-	defaultDelay      = time.Second
-	defaultWorkers    = 8
-	defaultMaxBackoff = 30 * time.Second
-	defaultQuiet      = 300 * time.Millisecond
-	defaultMaxDelay   = 30 * time.Second
+	defaultDelay       = time.Second
+	defaultWorkers     = 8
+	defaultMaxBackoff  = 30 * time.Second
+	defaultQuiet       = 300 * time.Millisecond
+	defaultBusyWorkers = 1
+	defaultMaxDelay    = 30 * time.Second
 )
 
 // ErrClosed is returned by calls on a closed Queue.
@@ -212,19 +214,20 @@ type Queue struct {
 	// background writeback waits for it to be Quiet ago.
 	lastChange atomic.Int64
 
-	mu      sync.Mutex
-	work    sync.Cond // idle workers wait here for a due item
-	settled sync.Cond // MarkDirty waits here while a path's record is being written
-	closed  bool
-	items   map[string]*item
-	wait    waitHeap       // items in state stDirty or stFailed
-	under   map[string]int // dir or path -> number of items at or beneath it (IsDirty)
-	seq     uint64
-	written uint64
-	nfailed int    // items with err != nil
-	nerrors uint64 // failed Puts, all told
-	lastErr string
-	lastRel string
+	mu       sync.Mutex
+	work     sync.Cond // idle workers wait here for a due item
+	settled  sync.Cond // MarkDirty waits here while a path's record is being written
+	closed   bool
+	items    map[string]*item
+	wait     waitHeap       // items in state stDirty or stFailed
+	under    map[string]int // dir or path -> number of items at or beneath it (IsDirty)
+	seq      uint64
+	busyPuts int // Puts started before their _readyAt (BusyWorkers)
+	written  uint64
+	nfailed  int    // items with err != nil
+	nerrors  uint64 // failed Puts, all told
+	lastErr  string
+	lastRel  string
 }
 
 // New starts a Queue whose dirty set begins with j.Pending() (paths left by
@@ -244,6 +247,9 @@ func New(j *journal.Journal, put Putter, opts Options) *Queue {
 	}
 	if opts.MaxDelay <= 0 {
 		opts.MaxDelay = defaultMaxDelay
+	}
+	if opts.BusyWorkers == 0 {
+		opts.BusyWorkers = defaultBusyWorkers
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	q := &Queue{
@@ -326,9 +332,10 @@ func (q *Queue) Touch() {
 	}
 }
 
-// _readyAt is when a worker may start it: its due time, or for background
+// _readyAt is when any worker may start it: its due time, or for background
 // writeback (no Flush waits for it) once the container has been quiet for
-// Quiet, but no later than MaxDelay after its change.
+// Quiet, but no later than MaxDelay after its change. Before that, from its
+// due time, BusyWorkers workers may (_next).
 func (q *Queue) _readyAt(it *item) time.Time {
 	if len(it.waits) > 0 || q.opts.Quiet <= 0 {
 		return it.due
@@ -341,6 +348,22 @@ func (q *Queue) _readyAt(it *item) time.Time {
 		return maxTime(latest, it.due)
 	}
 	return quiet
+}
+
+// _next says whether a worker may start the heap's top now, and whether as
+// one of the BusyWorkers.
+func (q *Queue) _next(now time.Time) (ok, busy bool) {
+	if len(q.wait) == 0 {
+		return false, false
+	}
+	top := q.wait[0]
+	if !q._readyAt(top).After(now) {
+		return true, false
+	}
+	if !top.due.After(now) && q.busyPuts < q.opts.BusyWorkers {
+		return true, true
+	}
+	return false, false
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -570,8 +593,15 @@ func (q *Queue) scheduler() {
 		q.mu.Lock()
 		wait := time.Duration(-1)
 		if len(q.wait) > 0 {
-			if d := time.Until(q._readyAt(q.wait[0])); d > 0 {
+			now := time.Now()
+			top := q.wait[0]
+			if d := q._readyAt(top).Sub(now); d > 0 {
 				wait = d
+				if ok, _ := q._next(now); ok {
+					q.work.Signal() // one of the BusyWorkers
+				} else if due := top.due.Sub(now); due > 0 && due < wait {
+					wait = due
+				}
 			} else {
 				q.work.Broadcast()
 			}
@@ -600,9 +630,13 @@ func (q *Queue) worker() {
 		if q.closed {
 			return
 		}
-		if len(q.wait) == 0 || q._readyAt(q.wait[0]).After(time.Now()) {
+		ok, busy := q._next(time.Now())
+		if !ok {
 			q.work.Wait()
 			continue
+		}
+		if busy {
+			q.busyPuts++
 		}
 		it := heap.Pop(&q.wait).(*item)
 		q._kick() // the top changed; the scheduler re-arms its timer
@@ -612,6 +646,9 @@ func (q *Queue) worker() {
 		q.mu.Unlock()
 		err := q.put.Put(q.ctx, it.rel)
 		q.mu.Lock()
+		if busy {
+			q.busyPuts--
+		}
 		if q.closed {
 			// Cancelled, or finished too late to record: the path stays
 			// dirty in the journal and the next run writes it again.

@@ -813,7 +813,7 @@ func (r *rig) busy(t *testing.T) (stop func()) {
 // Background writeback waits while the container keeps making changes, and
 // starts once it has been quiet for Quiet.
 func TestBackgroundWritebackWaitsForQuiet(t *testing.T) {
-	r := newRig(t, Options{Delay: time.Millisecond, Quiet: 2 * time.Second, MaxDelay: never})
+	r := newRig(t, Options{Delay: time.Millisecond, Quiet: 2 * time.Second, MaxDelay: never, BusyWorkers: -1})
 	r.dirty(t, "a")
 	stop := r.busy(t)
 	r.p.none(t, 1500*time.Millisecond) // due long ago, but the container is busy
@@ -826,9 +826,40 @@ func TestBackgroundWritebackWaitsForQuiet(t *testing.T) {
 	r.waitClean(t, "a")
 }
 
+// While the container is busy, BusyWorkers Puts go on (the writeback
+// trickles rather than stops, so less is left for the exit flush), and the
+// rest start once it is quiet.
+func TestBackgroundWritebackTricklesWhileBusy(t *testing.T) {
+	r := newRig(t, Options{Delay: time.Millisecond, Quiet: 2 * time.Second, MaxDelay: never, BusyWorkers: 1, Workers: 4})
+	r.dirty(t, "a", "b", "c")
+	stop := r.busy(t)
+	first := r.p.next(t) // one, though the container is busy
+	if first.rel != "a" {
+		t.Fatalf("put %q first, want a (oldest)", first.rel)
+	}
+	r.p.none(t, 500*time.Millisecond) // no second one beside it
+	first.ok()
+	second := r.p.next(t) // the next, once the first is done
+	if second.rel != "b" {
+		t.Fatalf("put %q second, want b", second.rel)
+	}
+	stop()
+	// Quiet: the other workers join in; c (and the busy/* paths) start
+	// while b still runs.
+	for {
+		c := r.p.next(t)
+		c.ok()
+		if c.rel == "c" {
+			break
+		}
+	}
+	second.ok()
+	r.waitClean(t, "c")
+}
+
 // No change waits longer than MaxDelay, however busy the container is.
 func TestBackgroundWritebackStartsAfterMaxDelayWhileBusy(t *testing.T) {
-	r := newRig(t, Options{Delay: time.Millisecond, Quiet: never, MaxDelay: 200 * time.Millisecond})
+	r := newRig(t, Options{Delay: time.Millisecond, Quiet: never, MaxDelay: 200 * time.Millisecond, BusyWorkers: -1})
 	stop := r.busy(t)
 	defer stop()
 	r.dirty(t, "a")
@@ -845,7 +876,7 @@ func TestBackgroundWritebackStartsAfterMaxDelayWhileBusy(t *testing.T) {
 // A Flush (fsync, the exit flush: rules D2, D4) does not wait for quiet, nor
 // behind background writeback that waits for it.
 func TestD2_FlushDoesNotWaitForQuiet(t *testing.T) {
-	r := newRig(t, Options{Delay: time.Millisecond, Quiet: never, MaxDelay: never})
+	r := newRig(t, Options{Delay: time.Millisecond, Quiet: never, MaxDelay: never, BusyWorkers: -1})
 	r.dirty(t, "old") // due first, but waiting for quiet
 	time.Sleep(5 * time.Millisecond)
 	r.dirty(t, "a")
