@@ -3,6 +3,7 @@ package fsys
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -27,6 +28,12 @@ type node struct {
 	opensMu     sync.Mutex
 	cachedOpens int // open handles served by the plugin
 	ptOpens     int // open handles served by passthrough
+
+	// populated: this directory's host entries are in the store (a store
+	// directory never loses that), so a lookup in it is one lstat of the
+	// store, not first a getxattr of the directory to ask: a cold tree walk
+	// (go list, git status) does a lookup per file.
+	populated atomic.Bool
 }
 
 var (
@@ -110,8 +117,13 @@ func (n *node) newChild(ctx context.Context, st *unix.Stat_t, out *fuse.EntryOut
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	n.fs.store.CountOp("lookup")
-	dir := n.path()
-	st, err := n.fs.store.Lookup(dir, name)
+	if !n.populated.Load() {
+		if err := n.fs.store.EnsurePopulated(n.path()); err != nil {
+			return nil, n.fs.errno(err, "lookup", n.child(name))
+		}
+		n.populated.Store(true)
+	}
+	st, err := n.fs.store.Lstat(n.child(name))
 	if err != nil {
 		return nil, n.fs.errno(err, "lookup", n.child(name))
 	}

@@ -171,15 +171,6 @@ func (s *Store) rebase(rel string) {
 	s.setBase(rel, &st)
 }
 
-// Lookup returns the attributes of dir/name, listing dir from the host first
-// if it never was.
-func (s *Store) Lookup(dir, name string) (unix.Stat_t, error) {
-	if err := s.EnsurePopulated(dir); err != nil {
-		return unix.Stat_t{}, err
-	}
-	return s.local.Lstat(join(dir, name))
-}
-
 // Lstat returns the attributes of rel as the container sees them.
 func (s *Store) Lstat(rel string) (unix.Stat_t, error) { return s.local.Lstat(rel) }
 
