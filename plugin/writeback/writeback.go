@@ -324,8 +324,8 @@ func (q *Queue) MarkDirty(rel string) error {
 }
 
 // Touch tells the queue the container is busy with the mount (a change, or
-// an open): background writeback waits until it has been quiet for a while
-// (Options.Quiet). MarkDirty touches too.
+// an open): background writeback runs at most BusyWorkers Puts until it has
+// been quiet for Options.Quiet. MarkDirty touches too.
 func (q *Queue) Touch() {
 	if q.opts.Quiet > 0 {
 		q.lastChange.Store(time.Now().UnixNano())
