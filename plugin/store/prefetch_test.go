@@ -8,28 +8,12 @@ import (
 	"time"
 
 	"github.com/bindstate/bindstate/plugin/consistency"
-	"github.com/bindstate/bindstate/plugin/hostpath"
+	"github.com/bindstate/bindstate/plugin/writeback"
 )
 
 func openTestStore(t *testing.T, st consistency.State, setup func(host string)) *Store {
 	t.Helper()
-	base := t.TempDir()
-	host := filepath.Join(base, "host")
-	if err := os.Mkdir(host, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	setup(host)
-	root, err := hostpath.Open(host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { root.Close() })
-	s, err := Open(Config{Host: root, Tree: filepath.Join(base, "tree"), Journal: filepath.Join(base, "journal"), State: st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return newStoreRig(t, st, writeback.Options{}, setup).s
 }
 
 // A truncation to zero (open with O_TRUNC) of a file whose content is being

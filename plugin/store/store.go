@@ -145,9 +145,11 @@ func Open(cfg Config) (*Store, error) {
 		}
 		s.journal = j
 		// Before the queue starts writing back what an earlier run left.
+		// Straight into the map: they are in the journal already.
+		s.tombs = make(map[string]Base)
 		for rel, v := range j.Tombs() {
 			if b, ok := decodeBase(v); ok {
-				s.setTomb(rel, b)
+				s.tombs[rel] = b
 			}
 		}
 		s.queue = writeback.New(j, putter{s}, cfg.WriteBack)

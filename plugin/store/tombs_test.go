@@ -13,17 +13,19 @@ import (
 	"github.com/bindstate/bindstate/plugin/writeback"
 )
 
-// restartRig opens a delegated store over a host folder and can close and
-// reopen it on the same tree and journal: a plugin restart.
-type restartRig struct {
+// storeRig opens a store over a fresh host folder, and can close and reopen
+// it on the same tree and journal: a plugin restart.
+type storeRig struct {
 	base, host string
+	state      consistency.State
+	opts       writeback.Options
 	root       *hostpath.Root
 	s          *Store
 }
 
-func newRestartRig(t *testing.T, setup func(host string)) *restartRig {
+func newStoreRig(t *testing.T, st consistency.State, opts writeback.Options, setup func(host string)) *storeRig {
 	t.Helper()
-	r := &restartRig{base: t.TempDir()}
+	r := &storeRig{base: t.TempDir(), state: st, opts: opts}
 	r.host = filepath.Join(r.base, "host")
 	if err := os.Mkdir(r.host, 0o755); err != nil {
 		t.Fatal(err)
@@ -35,20 +37,20 @@ func newRestartRig(t *testing.T, setup func(host string)) *restartRig {
 	}
 	r.root = root
 	t.Cleanup(func() {
-		r.s.Close()
+		if r.s != nil {
+			r.s.Close()
+		}
 		root.Close()
 	})
 	r.open(t)
 	return r
 }
 
-func (r *restartRig) open(t *testing.T) {
+func (r *storeRig) open(t *testing.T) {
 	t.Helper()
 	s, err := Open(Config{
 		Host: r.root, Tree: filepath.Join(r.base, "tree"), Journal: filepath.Join(r.base, "journal"),
-		State: consistency.Delegated,
-		// Nothing is written back on its own before the restart.
-		WriteBack: writeback.Options{Delay: time.Hour},
+		State: r.state, WriteBack: r.opts,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -58,9 +60,11 @@ func (r *restartRig) open(t *testing.T) {
 
 // restart closes the store, runs down (what happens on the host while the
 // plugin is down), and opens it again.
-func (r *restartRig) restart(t *testing.T, down func()) {
+func (r *storeRig) restart(t *testing.T, down func()) {
 	t.Helper()
-	if err := r.s.Close(); err != nil {
+	err := r.s.Close()
+	r.s = nil
+	if err != nil {
 		t.Fatal(err)
 	}
 	down()
@@ -90,7 +94,8 @@ func conflictCopies(t *testing.T, host, name string) []string {
 // was removed with only a log line, and a symlink the container replaced
 // got a needless conflict copy.
 func TestD7_TombstonesSurviveARestart(t *testing.T) {
-	r := newRestartRig(t, func(h string) {
+	// Nothing is written back on its own before the restart.
+	r := newStoreRig(t, consistency.Delegated, writeback.Options{Delay: time.Hour}, func(h string) {
 		os.WriteFile(filepath.Join(h, "edited"), []byte("host v1"), 0o644)
 		os.WriteFile(filepath.Join(h, "untouched"), []byte("host"), 0o644)
 		os.Symlink("t1", filepath.Join(h, "link"))
