@@ -813,7 +813,8 @@ func (r *rig) busy(t *testing.T) (stop func()) {
 // Background writeback waits while the container keeps making changes, and
 // starts once it has been quiet for Quiet.
 func TestBackgroundWritebackWaitsForQuiet(t *testing.T) {
-	r := newRig(t, Options{Delay: time.Millisecond, Quiet: 2 * time.Second, MaxDelay: never, BusyWorkers: -1})
+	// One worker: with several, the Puts reach the fake putter in any order.
+	r := newRig(t, Options{Delay: time.Millisecond, Quiet: 2 * time.Second, MaxDelay: never, BusyWorkers: -1, Workers: 1})
 	r.dirty(t, "a")
 	stop := r.busy(t)
 	r.p.none(t, 1500*time.Millisecond) // due long ago, but the container is busy
