@@ -268,3 +268,113 @@ func TestD7_ReplacedDuringItsWritebackIsNoConflict(t *testing.T) {
 		t.Fatalf("%d conflicts counted", n)
 	}
 }
+
+// A Put records what it wrote as the entry's base (recordWritten) while the
+// container may be removing or renaming that entry, which keeps the entry's
+// base as a tombstone first. Were the Put's base written between the two,
+// it would go with the entry, and the tombstone would keep the older base
+// (the removal's writeback then takes the container's own version on the
+// host for a host edit and keeps it aside: rule D7, a spurious conflict
+// copy) or none at all (the Put drops it: the removal then goes ahead with
+// no record of what the host had, and a host edit made meanwhile would be
+// removed with only a log line). The hooks hold the container's operation
+// in that gap and let the Put run into it; baseLocks must keep the Put out
+// until the entry is gone.
+func TestD7_RemovedWhileItsBaseIsRecordedIsNoConflict(t *testing.T) {
+	for _, op := range []string{"unlink", "rename"} {
+		t.Run(op, func(t *testing.T) {
+			s := openTestStore(t, consistency.Delegated, func(string) {})
+			ctx := context.Background()
+			if err := s.EnsurePopulated(""); err != nil {
+				t.Fatal(err)
+			}
+			me := Owner{Uid: os.Getuid(), Gid: os.Getgid()}
+			write := func(content string) {
+				t.Helper()
+				f, err := s.Create(ctx, "f", unix.O_WRONLY|unix.O_TRUNC, 0o644, me, func() (string, bool) { return "f", true })
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.WriteAt(ctx, []byte(content), 0); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.Release(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// f has a base: the host holds "first".
+			write("first")
+			if err := s.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			write("second, longer")
+
+			kept := make(chan struct{})    // the container read f's base
+			putDone := make(chan struct{}) // the Put of "second" returned
+			opDone := make(chan error, 1)
+			var once sync.Once
+			testHookPutWritten = func(rel string) {
+				if rel != "f" {
+					return
+				}
+				once.Do(func() {
+					go func() {
+						if op == "unlink" {
+							opDone <- s.Unlink(ctx, "f")
+						} else {
+							opDone <- s.Rename(ctx, "f", "g", 0)
+						}
+					}()
+					<-kept
+				})
+			}
+			testHookBaseKept = func(rel string) {
+				if rel != "f" {
+					return
+				}
+				close(kept)
+				// Give the Put every chance to record its base now; with
+				// baseLocks it cannot, and this waits out the timer.
+				select {
+				case <-putDone:
+				case <-time.After(300 * time.Millisecond):
+				}
+			}
+			t.Cleanup(func() { testHookPutWritten, testHookBaseKept = nil, nil })
+			if err := s.Flush(ctx, "f"); err != nil {
+				t.Fatal(err)
+			}
+			close(putDone)
+			if err := <-opDone; err != nil {
+				t.Fatal(err)
+			}
+			testHookPutWritten, testHookBaseKept = nil, nil
+			host := s.Host().Path()
+			// What the store knows of the host at f is what the host has.
+			hst, err := s.Host().Lstat("f")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b, known := s.hostBase("f"); !known || !b.Matches(&hst) {
+				t.Errorf("after the %s, the store's record of host f is %+v (known %v), the host has size %d: a stale or missing tombstone", op, b, known, hst.Size)
+			}
+			if err := s.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Lstat(filepath.Join(host, "f")); !os.IsNotExist(err) {
+				t.Fatalf("host f after the %s's writeback: %v, want it gone", op, err)
+			}
+			if kept, _ := filepath.Glob(filepath.Join(host, "f.bindstate-conflict-*")); len(kept) > 0 {
+				t.Fatalf("the container's own writeback was kept aside as a host edit: %v", kept)
+			}
+			if n := s.conflicts.Load(); n != 0 {
+				t.Fatalf("%d conflicts counted", n)
+			}
+			if op == "rename" {
+				if b, err := os.ReadFile(filepath.Join(host, "g")); err != nil || string(b) != "second, longer" {
+					t.Fatalf("host g = %q (%v), want the renamed file", b, err)
+				}
+			}
+		})
+	}
+}

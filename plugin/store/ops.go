@@ -354,11 +354,20 @@ func (s *Store) Unlink(ctx context.Context, rel string) error {
 		func() error { return ignoreENOENT(s.host.Remove(rel)) },
 		func() error {
 			if r == routeJournal {
+				defer s.baseLocks.Lock(rel)()
 				s.entombBase(rel)
+				if testHookBaseKept != nil {
+					testHookBaseKept(rel)
+				}
 			}
 			return s.local.Remove(rel)
 		})
 }
+
+// testHookBaseKept, if set (by tests), runs in a delegated Unlink or local
+// rename between reading the base of rel's entry and removing or moving the
+// entry.
+var testHookBaseKept func(rel string)
 
 // Rmdir removes the empty directory rel. Empty as the container would see
 // it: entries on the host it never listed count.
@@ -380,6 +389,7 @@ func (s *Store) Rmdir(ctx context.Context, rel string) error {
 				// As for Unlink: what the host had here stays known, so a
 				// file made at this name later replaces the host's
 				// directory without faking a conflict (rule D7).
+				defer s.baseLocks.Lock(rel)()
 				s.entombBase(rel)
 			}
 			return s.local.Remove(rel)
@@ -680,8 +690,19 @@ func (s *Store) hostStillHas(rel string) bool {
 // a tombstone until its removal reaches the host (rule D7: the writeback
 // compares against what the host had there, not against the moved file).
 func (s *Store) renameLocal(oldRel, newRel string, flags uint32) error {
+	first, second := oldRel, newRel // in one order, so two renames cannot deadlock
+	if second < first {
+		first, second = second, first
+	}
+	defer s.baseLocks.Lock(first)()
+	if second != first {
+		defer s.baseLocks.Lock(second)()
+	}
 	srcBase, srcKnown := s.hostBase(oldRel)
 	dstBase, dstKnown := s.hostBase(newRel)
+	if testHookBaseKept != nil {
+		testHookBaseKept(oldRel)
+	}
 	if err := s.local.Rename(oldRel, newRel, uint(flags)); err != nil {
 		return err
 	}

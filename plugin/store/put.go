@@ -100,33 +100,44 @@ func (s *Store) put(ctx context.Context, rel string) error {
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR || isSpecial(st.Mode) {
 		s.putAttrs(rel, &st)
 	}
-	s.dropTomb(rel)
 	if written == nil {
 		if hst, err := s.host.Lstat(rel); err == nil {
 			written = &hst
 		}
 	}
-	if written != nil {
-		s.recordWritten(rel, st.Ino, written)
-	}
+	s.recordWritten(rel, st.Ino, written)
 	return nil
 }
 
 // recordWritten records hst, the host's attributes of what a Put just wrote
-// at rel from store inode ino, as rel's base. If the container removed or
-// replaced rel while the Put ran, the base went with the old entry (or never
-// reached it), yet the host now holds the Put's version: it is kept as rel's
-// tombstone, so that the next Put at rel (the removal, or the container's
-// new file there) knows the host's copy for its own and does not keep it
-// aside as a host edit (rule D7: a spurious conflict copy).
+// at rel from store inode ino, as rel's base, and drops rel's tombstone: the
+// host matches the store there now. If the container removed or replaced rel
+// while the Put ran, the base went with the old entry (or never reached it),
+// yet the host now holds the Put's version: it is kept as rel's tombstone,
+// so that the next Put at rel (the removal, or the container's new file
+// there) knows the host's copy for its own and does not keep it aside as a
+// host edit (rule D7: a spurious conflict copy). hst nil (the host could
+// not be looked at) only drops the tombstone.
 //
 // rel is looked at after setBase: a removal before it found no base to
 // entomb. A replacement may get the base too, which is what the host has
-// there now, as the tombstone says.
+// there now, as the tombstone says. baseLocks keep a removal or rename from
+// falling in between, where it would entomb the base this Put replaces.
 func (s *Store) recordWritten(rel string, ino uint64, hst *unix.Stat_t) {
+	defer s.baseLocks.Lock(rel)()
+	if hst == nil {
+		s.dropTomb(rel)
+		return
+	}
 	err := s.setBase(rel, hst)
-	if cur, lerr := s.local.Lstat(rel); err != nil || lerr != nil || cur.Ino != ino {
+	cur, lerr := s.local.Lstat(rel)
+	switch {
+	case err != nil || lerr != nil || cur.Ino != ino:
 		s.setTomb(rel, baseOf(hst))
+	case hst.Mode&unix.S_IFMT == unix.S_IFLNK:
+		// setBase kept a symlink's base as its tombstone.
+	default:
+		s.dropTomb(rel)
 	}
 }
 

@@ -79,6 +79,15 @@ type Store struct {
 	apply   sync.RWMutex
 	locks   keyedMutex // per-path: populate and fetch happen once
 
+	// baseLocks make the few syscalls that move a path's base between its
+	// store entry and its tombstone one step: a Put recording what it wrote
+	// (recordWritten) against the container removing or renaming the entry
+	// (entombBase, renameLocal). Without them a base written in between went
+	// with the removed entry and the tombstone kept the older one: the
+	// removal's writeback then took the container's own version on the host
+	// for a host edit (rule D7: a spurious conflict copy).
+	baseLocks keyedMutex
+
 	treeLocks treeLock   // writeback: a Put excludes Puts at or beneath its path
 	linksMu   sync.Mutex // writeback of host files with several names, one at a time
 	threads   Threads    // OS threads whose requests are host-origin
