@@ -877,7 +877,7 @@ class Bench:
         self.meta.update({
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "commit": git_describe(), "quick": self.quick, "reps": self.reps, "host": platform.node(),
-            "kernel": platform.release(), "cpus": os.cpu_count(), "go": run(["go", "version"], capture=True)[1].strip(),
+            "kernel": platform.release(), "reclaim": proactive_reclaim(), "cpus": os.cpu_count(), "go": run(["go", "version"], capture=True)[1].strip(),
             "sshfs": run(["sshfs", "--version"], capture=True, check=False)[1].splitlines()[0:1],
             "w2": "%d x 1 KiB" % self.w2_count, "w3": "%d files in %d dirs" % (W3_DIRS * W3_FILES, W3_DIRS),
             "workloads": [w.name for w in self.workloads] + (["W3 rm"] if self.w3rm else []),
@@ -1169,6 +1169,31 @@ class Bench:
         return {"meta": self.meta, "configs": self.configs, "skipped": self.skipped, "results": self.results,
                 "resources": self.resources, "idle": self.idle, "writeback": self.writeback, "errors": self.errors,
                 "cycle_errors": self.cycle_errors, "notes": sorted(self.notes), "extra": self.extra}
+
+
+def proactive_reclaim(root="/sys/kernel/mm/damon/admin/kdamonds"):
+    """Says whether the kernel reclaims cold page cache on its own (a DAMON
+    "pageout" scheme, as some VM platforms run to hand memory back), which
+    makes "hot" less hot: files not read for a few seconds go back to disk,
+    and so do the store's and the share's. Results on such a host vary more,
+    and creates that need inode tables from disk cost up to ~1 ms each."""
+    found = []
+    try:
+        for k in sorted(os.listdir(root)):
+            kd = os.path.join(root, k)
+            if not os.path.isdir(kd):
+                continue
+            with open(os.path.join(kd, "state")) as f:
+                if f.read().strip() != "on":
+                    continue
+            for dirpath, _, files in os.walk(os.path.join(kd, "contexts")):
+                if os.path.basename(os.path.dirname(dirpath)) == "schemes" and "action" in files:
+                    with open(os.path.join(dirpath, "action")) as f:
+                        if f.read().strip() == "pageout":
+                            found.append("DAMON pageout (kdamond %s)" % k)
+    except OSError:
+        pass
+    return ", ".join(found) or "none"
 
 
 def git_describe():

@@ -24,7 +24,7 @@ import report  # noqa: E402
 def fake_result():
     return {
         "meta": {"date": "2026-01-01T00:00:00Z", "commit": "abc", "reps": 3, "quick": True, "w2": "10 x 1 KiB",
-                 "cpus": 2, "kernel": "k", "wall_s": 1},
+                 "cpus": 2, "kernel": "k", "reclaim": "DAMON pageout (kdamond 0)", "wall_s": 1},
         "configs": ["native", "consistent", "cached", "delegated", "rclone"],
         "skipped": {"rclone": "rclone is not installed"},
         "results": {
@@ -58,6 +58,24 @@ class ReportTest(unittest.TestCase):
         self.assertIn("rclone skipped: rclone is not installed", md)
         self.assertIn("delegated W1 cold: boom", md)
         self.assertIn("Unmount hung", md)
+        self.assertIn("proactive page-cache reclaim: DAMON pageout (kdamond 0)", md)
+
+    def test_proactive_reclaim(self):
+        with tempfile.TemporaryDirectory() as d:
+            self.assertEqual(bench.proactive_reclaim(os.path.join(d, "absent")), "none")
+
+            def scheme(k, state, action):
+                sd = os.path.join(d, k, "contexts", "0", "schemes", "0")
+                os.makedirs(sd)
+                with open(os.path.join(d, k, "state"), "w") as f:
+                    f.write(state + "\n")
+                with open(os.path.join(sd, "action"), "w") as f:
+                    f.write(action + "\n")
+            scheme("0", "off", "pageout")
+            scheme("1", "on", "stat")
+            self.assertEqual(bench.proactive_reclaim(d), "none")
+            scheme("2", "on", "pageout")
+            self.assertEqual(bench.proactive_reclaim(d), "DAMON pageout (kdamond 2)")
 
     def test_write_all(self):
         with tempfile.TemporaryDirectory() as d:
