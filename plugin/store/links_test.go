@@ -221,21 +221,7 @@ func TestD7_ReplacedDuringItsWritebackIsNoConflict(t *testing.T) {
 	if err := s.EnsurePopulated(""); err != nil {
 		t.Fatal(err)
 	}
-	me := Owner{Uid: os.Getuid(), Gid: os.Getgid()}
-	write := func(content string) {
-		t.Helper()
-		f, err := s.Create(ctx, "f", unix.O_WRONLY, 0o644, me, func() (string, bool) { return "f", true })
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.WriteAt(ctx, []byte(content), 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Release(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("first")
+	writeAsContainer(t, s, "f", "first")
 	var once sync.Once
 	testHookPutWritten = func(rel string) {
 		if rel != "f" {
@@ -253,7 +239,7 @@ func TestD7_ReplacedDuringItsWritebackIsNoConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	testHookPutWritten = nil
-	write("second, a new file") // before the removal's own writeback (1 s later)
+	writeAsContainer(t, s, "f", "second, a new file") // before the removal's own writeback (1 s later)
 	if err := s.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -288,26 +274,12 @@ func TestD7_RemovedWhileItsBaseIsRecordedIsNoConflict(t *testing.T) {
 			if err := s.EnsurePopulated(""); err != nil {
 				t.Fatal(err)
 			}
-			me := Owner{Uid: os.Getuid(), Gid: os.Getgid()}
-			write := func(content string) {
-				t.Helper()
-				f, err := s.Create(ctx, "f", unix.O_WRONLY|unix.O_TRUNC, 0o644, me, func() (string, bool) { return "f", true })
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := f.WriteAt(ctx, []byte(content), 0); err != nil {
-					t.Fatal(err)
-				}
-				if err := f.Release(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			// f has a base: the host holds "first".
-			write("first")
+					// f has a base: the host holds "first".
+			writeAsContainer(t, s, "f", "first")
 			if err := s.Flush(ctx); err != nil {
 				t.Fatal(err)
 			}
-			write("second, longer")
+			writeAsContainer(t, s, "f", "second, longer")
 
 			kept := make(chan struct{})    // the container read f's base
 			putDone := make(chan struct{}) // the Put of "second" returned
@@ -376,5 +348,23 @@ func TestD7_RemovedWhileItsBaseIsRecordedIsNoConflict(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// writeAsContainer creates or truncates rel and writes content to it, as a
+// container's open, write and close would.
+func writeAsContainer(t *testing.T, s *Store, rel, content string) {
+	t.Helper()
+	ctx := context.Background()
+	me := Owner{Uid: os.Getuid(), Gid: os.Getgid()}
+	f, err := s.Create(ctx, rel, unix.O_WRONLY|unix.O_TRUNC, 0o644, me, func() (string, bool) { return rel, true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(ctx, []byte(content), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Release(); err != nil {
+		t.Fatal(err)
 	}
 }
