@@ -115,6 +115,16 @@ func (h *handle) release() {
 	h.node.opensMu.Unlock()
 }
 
+// errno is filesystem.errno for this handle's file. The file's path is
+// looked up only for an error: working it out walks the node tree and
+// allocates, and a release, flush or fsync that succeeds does not need it.
+func (h *handle) errno(err error, op string) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	return h.fs.errno(err, op, h.file.Rel())
+}
+
 // capabilityXattr holds file capabilities; a write removes it (as the
 // kernel's file_remove_privs does).
 const capabilityXattr = "security.capability"
@@ -144,7 +154,7 @@ var (
 // itself would.
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	h.fs.store.CountOp("flush")
-	return h.fs.errno(h.file.FlushHost(), "close", h.file.Rel())
+	return h.errno(h.file.FlushHost(), "close")
 }
 
 // openFlags are the FOPEN_ flags of an open of file.
@@ -169,13 +179,13 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	}
 	if !h.wrote.Load() {
 		if err := h.file.BeginWrite(ctx); err != nil {
-			return 0, h.fs.errno(err, "write", h.file.Rel())
+			return 0, h.errno(err, "write")
 		}
 		h.wrote.Store(true)
 	}
 	n, err := h.file.WriteAt(ctx, data, off)
 	if err != nil {
-		return uint32(n), h.fs.errno(err, "write", h.file.Rel())
+		return uint32(n), h.errno(err, "write")
 	}
 	return uint32(n), 0
 }
@@ -185,18 +195,18 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	h.fs.store.CountOp("fsync")
 	ctx, cancel := waitCtx(ctx)
 	defer cancel()
-	return h.fs.errno(h.file.Sync(ctx), "fsync", h.file.Rel())
+	return h.errno(h.file.Sync(ctx), "fsync")
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	h.release()
-	return h.fs.errno(h.file.Release(), "release", h.file.Rel())
+	return h.errno(h.file.Release(), "release")
 }
 
 func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 	var st unix.Stat_t
 	if err := unix.Fstat(h.file.Fd(), &st); err != nil {
-		return h.fs.errno(err, "fstat", h.file.Rel())
+		return h.errno(err, "fstat")
 	}
 	fillAttr(&out.Attr, &st)
 	return 0
@@ -204,13 +214,13 @@ func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 
 func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uint32) syscall.Errno {
 	h.fs.store.CountOp("fallocate")
-	return h.fs.errno(h.file.Allocate(h.fs.origin(ctx), mode, int64(off), int64(size)), "fallocate", h.file.Rel())
+	return h.errno(h.file.Allocate(h.fs.origin(ctx), mode, int64(off), int64(size)), "fallocate")
 }
 
 func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
 	n, err := unix.Seek(h.file.Fd(), int64(off), int(whence))
 	if err != nil {
-		return 0, h.fs.errno(err, "lseek", h.file.Rel())
+		return 0, h.errno(err, "lseek")
 	}
 	return uint64(n), 0
 }
