@@ -156,6 +156,24 @@ func TestD4_XattrsOfWrittenBackFile(t *testing.T) {
 	}
 }
 
+// rule D4, for a directory: its xattrs go by path (putAttrs), not through
+// an open file as a regular file's do.
+func TestD4_XattrsOfWrittenBackDirectory(t *testing.T) {
+	r := newRig(t, consistency.Delegated, nil)
+	if err := os.Mkdir(r.mntPath("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(r.mntPath("d"), "user.bindstate", []byte("dir"), 0); err != nil {
+		t.Skipf("setxattr in the mount: %v", err)
+	}
+	r.flush(t)
+	buf := make([]byte, 64)
+	n, err := unix.Getxattr(r.hostPath("d"), "user.bindstate", buf)
+	if err != nil || string(buf[:n]) != "dir" {
+		t.Fatalf("host d has user.bindstate = %q, %v; want dir", buf[:max(n, 0)], err)
+	}
+}
+
 // rule D7 (a conflict is a host change): the container renames a new file
 // over one the host has and nobody changed on the host. The writeback must
 // replace it, with no conflict copy; the replaced entry's base is lost in

@@ -274,7 +274,7 @@ func TestD7_RemovedWhileItsBaseIsRecordedIsNoConflict(t *testing.T) {
 			if err := s.EnsurePopulated(""); err != nil {
 				t.Fatal(err)
 			}
-					// f has a base: the host holds "first".
+			// f has a base: the host holds "first".
 			writeAsContainer(t, s, "f", "first")
 			if err := s.Flush(ctx); err != nil {
 				t.Fatal(err)

@@ -387,6 +387,16 @@ func (s *Store) putXattrs(fd int, src *os.File, rel string) {
 	if err != nil {
 		return
 	}
+	s.copyXattrs(rel, names,
+		func(name string, buf []byte) (int, error) { return unix.Fgetxattr(int(src.Fd()), name, buf) },
+		func(name string, val []byte) error { return unix.Fsetxattr(fd, name, val, 0) })
+}
+
+// copyXattrs copies the extended attributes named in names (NUL-separated,
+// as listxattr gives them), all but the store's own, reading each with get
+// and writing it with set. A failure is logged and the others still go: a
+// share that takes no xattrs (sshfs) must not hold up the writeback.
+func (s *Store) copyXattrs(rel string, names []byte, get func(name string, buf []byte) (int, error), set func(name string, val []byte) error) {
 	var buf []byte
 	for _, name := range splitNames(names) {
 		if IsPrivateXattr(name) {
@@ -395,8 +405,8 @@ func (s *Store) putXattrs(fd int, src *os.File, rel string) {
 		if buf == nil {
 			buf = make([]byte, 64*1024)
 		}
-		if n, err := unix.Fgetxattr(int(src.Fd()), name, buf); err == nil {
-			if err := unix.Fsetxattr(fd, name, buf[:n], 0); err != nil {
+		if n, err := get(name, buf); err == nil {
+			if err := set(name, buf[:n]); err != nil {
 				s.log.Debug("writeback xattr", "path", rel, "name", name, "err", err)
 			}
 		}
@@ -454,14 +464,9 @@ func (s *Store) putAttrs(rel string, st *unix.Stat_t) {
 		s.log.Debug("writeback chmod", "path", rel, "err", err)
 	}
 	if names, err := s.Listxattr(rel); err == nil {
-		buf := make([]byte, 64*1024)
-		for _, name := range splitNames(names) {
-			if n, err := s.local.Getxattr(rel, name, buf); err == nil {
-				if err := s.host.Setxattr(rel, name, buf[:n], 0); err != nil {
-					s.log.Debug("writeback xattr", "path", rel, "name", name, "err", err)
-				}
-			}
-		}
+		s.copyXattrs(rel, names,
+			func(name string, buf []byte) (int, error) { return s.local.Getxattr(rel, name, buf) },
+			func(name string, val []byte) error { return s.host.Setxattr(rel, name, val, 0) })
 	}
 	atime, mtime := st.Atim, st.Mtim
 	if err := s.host.Utimes(rel, &atime, &mtime); err != nil {

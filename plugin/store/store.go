@@ -203,10 +203,15 @@ func (s *Store) Flush(ctx context.Context, rels ...string) error {
 	if s.queue == nil {
 		return nil
 	}
+	return s.queue.Flush(ctx, wholeIfNone(rels)...)
+}
+
+// wholeIfNone is rels, or the whole source ("") when there are none.
+func wholeIfNone(rels []string) []string {
 	if len(rels) == 0 {
-		rels = []string{""}
+		return []string{""}
 	}
-	return s.queue.Flush(ctx, rels...)
+	return rels
 }
 
 // Sync is Flush for a container's fsync (rule D2): once the changes are in
@@ -219,9 +224,7 @@ func (s *Store) Sync(ctx context.Context, rels ...string) error {
 	if s.queue == nil {
 		return nil
 	}
-	if len(rels) == 0 {
-		rels = []string{""}
-	}
+	rels = wholeIfNone(rels)
 	if err := s.queue.Flush(ctx, rels...); err != nil {
 		return err
 	}
