@@ -138,39 +138,29 @@ func TestD7_HardLinkWritebackFakesConflict(t *testing.T) {
 	}
 }
 
-// rule D4 (everything the container changed reaches the host): a file's
-// user xattrs. putFile (plugin/store/put.go) writes the content into a host
-// temp file and calls putAttrs(tmp, st), and putAttrs reads the xattrs from
-// the store under that temp name, where nothing exists: none are copied.
-func TestD4_XattrsOfWrittenBackFile(t *testing.T) {
-	r := newRig(t, consistency.Delegated, nil)
-	writeFile(t, r.mntPath("x"), "x")
-	if err := unix.Setxattr(r.mntPath("x"), "user.bindstate", []byte("hello"), 0); err != nil {
-		t.Skipf("setxattr in the mount: %v", err)
-	}
-	r.flush(t)
-	buf := make([]byte, 64)
-	n, err := unix.Getxattr(r.hostPath("x"), "user.bindstate", buf)
-	if err != nil || string(buf[:n]) != "hello" {
-		t.Fatalf("host x has user.bindstate = %q, %v; want hello", buf[:max(n, 0)], err)
-	}
-}
-
-// rule D4, for a directory: its xattrs go by path (putAttrs), not through
-// an open file as a regular file's do.
-func TestD4_XattrsOfWrittenBackDirectory(t *testing.T) {
-	r := newRig(t, consistency.Delegated, nil)
-	if err := os.Mkdir(r.mntPath("d"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Setxattr(r.mntPath("d"), "user.bindstate", []byte("dir"), 0); err != nil {
-		t.Skipf("setxattr in the mount: %v", err)
-	}
-	r.flush(t)
-	buf := make([]byte, 64)
-	n, err := unix.Getxattr(r.hostPath("d"), "user.bindstate", buf)
-	if err != nil || string(buf[:n]) != "dir" {
-		t.Fatalf("host d has user.bindstate = %q, %v; want dir", buf[:max(n, 0)], err)
+// rule D4 (everything the container changed reaches the host): user xattrs.
+// A file's go through its open host temp file (putXattrs; once they were
+// read from the store under the temp name, where nothing exists, and none
+// were copied); a directory's go by path (putAttrs).
+func TestD4_XattrsReachHost(t *testing.T) {
+	for _, kind := range []string{"file", "directory"} {
+		t.Run(kind, func(t *testing.T) {
+			r := newRig(t, consistency.Delegated, nil)
+			if kind == "file" {
+				writeFile(t, r.mntPath("x"), "x")
+			} else if err := os.Mkdir(r.mntPath("x"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Setxattr(r.mntPath("x"), "user.bindstate", []byte(kind), 0); err != nil {
+				t.Skipf("setxattr in the mount: %v", err)
+			}
+			r.flush(t)
+			buf := make([]byte, 64)
+			n, err := unix.Getxattr(r.hostPath("x"), "user.bindstate", buf)
+			if err != nil || string(buf[:n]) != kind {
+				t.Fatalf("host %s x has user.bindstate = %q, %v; want %q", kind, buf[:max(n, 0)], err, kind)
+			}
+		})
 	}
 }
 
