@@ -247,7 +247,7 @@ func TestD7_ReplacedDuringItsWritebackIsNoConflict(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(host, "f")); err != nil || string(b) != "second, a new file" {
 		t.Fatalf("host f = %q (%v), want the container's new file", b, err)
 	}
-	if kept, _ := filepath.Glob(filepath.Join(host, "f.bindstate-conflict-*")); len(kept) > 0 {
+	if kept := conflictCopies(t, host, "f"); len(kept) > 0 {
 		t.Fatalf("the container's own earlier writeback was kept aside as a host edit: %v", kept)
 	}
 	if n := s.conflicts.Load(); n != 0 {
@@ -336,7 +336,7 @@ func TestD7_RemovedWhileItsBaseIsRecordedIsNoConflict(t *testing.T) {
 			if _, err := os.Lstat(filepath.Join(host, "f")); !os.IsNotExist(err) {
 				t.Fatalf("host f after the %s's writeback: %v, want it gone", op, err)
 			}
-			if kept, _ := filepath.Glob(filepath.Join(host, "f.bindstate-conflict-*")); len(kept) > 0 {
+			if kept := conflictCopies(t, host, "f"); len(kept) > 0 {
 				t.Fatalf("the container's own writeback was kept aside as a host edit: %v", kept)
 			}
 			if n := s.conflicts.Load(); n != 0 {
