@@ -9,10 +9,12 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// dirHandle is an open directory. It lists the store only when first read,
-// so an opendir the kernel answers from its own cache costs nothing here.
+// dirHandle is a directory listing in progress. It lists the store only when
+// first read. The kernel never opens a directory on this mount (listingFS
+// answers OPENDIR with ENOSYS); listingFS opens a dirHandle for each listing
+// the kernel reads.
 //
-// Directories are opened with FOPEN_CACHE_DIR: the kernel keeps the listing
+// Directories are listed with FOPEN_CACHE_DIR: the kernel keeps the listing
 // in the directory's page cache and serves later readdirs from it, with no
 // READDIRPLUS (and no lookup per entry) until the listing changes. It
 // changes only through the mount (container operations, and host changes,
@@ -42,6 +44,7 @@ func (d *dirHandle) load() syscall.Errno {
 	if d.loaded {
 		return 0
 	}
+	d.n.fs.store.CountOp("readdir")
 	rel := d.n.path()
 	entries, err := d.n.fs.store.ReadDir(rel)
 	if err != nil {

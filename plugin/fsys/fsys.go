@@ -85,8 +85,12 @@ func New(st *store.Store, mountpoint string, o Options) (*Mount, error) {
 			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
 		},
 	}
-	server, err := fs.Mount(mountpoint, root, opts)
+	server, err := fuse.NewServer(newListingFS(fs.NewNodeFS(root, opts)), mountpoint, &opts.MountOptions)
 	if err != nil {
+		return nil, &os.PathError{Op: "fuse mount", Path: mountpoint, Err: err}
+	}
+	go server.Serve()
+	if err := server.WaitMount(); err != nil {
 		return nil, &os.PathError{Op: "fuse mount", Path: mountpoint, Err: err}
 	}
 	return &Mount{server: server, root: root, mountpoint: mountpoint}, nil

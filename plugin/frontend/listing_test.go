@@ -1,0 +1,133 @@
+package frontend
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// A hot listing (git status, go list) must cost no request: the kernel opens
+// directories on its own (no OPENDIR, no RELEASEDIR) and serves a listing it
+// has read once from its cache (no READDIR) until the directory changes.
+func TestHotListingCostsNoRequest(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			r := newRig(t, st, func(h string) {
+				for i := range 3 {
+					writeFile(t, filepath.Join(h, fmt.Sprint("f", i)), "x")
+				}
+			})
+			want := []string{"f0", "f1", "f2"}
+			if got := listNames(t, r.mnt); !slices.Equal(got, want) {
+				t.Fatalf("first listing %v, want %v", got, want)
+			}
+			ops := func() uint64 {
+				o := r.front.Status().Ops
+				return o["opendir"] + o["readdir"]
+			}
+			before := ops()
+			for range 3 {
+				if got := listNames(t, r.mnt); !slices.Equal(got, want) {
+					t.Fatalf("hot listing %v, want %v", got, want)
+				}
+			}
+			if got := ops() - before; got != 0 {
+				t.Errorf("%s: 3 hot listings of one directory cost %d opendir/readdir requests, want 0", st, got)
+			}
+
+			// The cache goes with a change through the mount.
+			writeFile(t, r.mntPath("f3"), "x")
+			if err := os.Remove(r.mntPath("f0")); err != nil {
+				t.Fatal(err)
+			}
+			want = []string{"f1", "f2", "f3"}
+			if got := listNames(t, r.mnt); !slices.Equal(got, want) {
+				t.Fatalf("listing after a create and a remove: %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// rule D3: processes listing one directory at once each see every entry
+// exactly once. The kernel reads a long directory in several requests and
+// the plugin keeps one listing per directory between them, so two readers
+// taking turns make it start over and seek.
+func TestD3_InterleavedListingsSeeEveryEntryOnce(t *testing.T) {
+	const n = 600 // dozens of READDIRPLUS replies
+	var want []string
+	for i := range n {
+		want = append(want, fmt.Sprintf("file-with-a-longish-name-%04d", i))
+	}
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			r := newRig(t, st, func(h string) {
+				if err := os.Mkdir(filepath.Join(h, "d"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				for _, name := range want {
+					writeFile(t, filepath.Join(h, "d", name), "")
+				}
+			})
+			for round := range 2 { // cold (from the store), then hot (from the kernel's cache)
+				a, b := openDirFd(t, r.mntPath("d")), openDirFd(t, r.mntPath("d"))
+				var gotA, gotB []string
+				for doneA, doneB := false, false; !doneA || !doneB; {
+					if !doneA {
+						doneA = getdentsOnce(t, a, &gotA)
+					}
+					if !doneB {
+						doneB = getdentsOnce(t, b, &gotB)
+					}
+				}
+				for who, got := range map[string][]string{"first": gotA, "second": gotB} {
+					slices.Sort(got)
+					if !slices.Equal(got, want) {
+						t.Fatalf("round %d: the %s reader saw %d entries (%d distinct), want the %d files once each",
+							round, who, len(got), len(slices.Compact(slices.Clone(got))), n)
+					}
+				}
+			}
+		})
+	}
+}
+
+// listNames lists dir through the kernel, sorted, without . and ..
+func listNames(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func openDirFd(t *testing.T, dir string) int {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("open %s: %v", dir, err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// getdentsOnce reads one small batch of entries from fd into names (without
+// . and ..) and reports whether the listing has ended.
+func getdentsOnce(t *testing.T, fd int, names *[]string) bool {
+	t.Helper()
+	buf := make([]byte, 512) // a few entries per call
+	n, err := unix.Getdents(fd, buf)
+	if err != nil {
+		t.Fatalf("getdents: %v", err)
+	}
+	_, _, *names = unix.ParseDirent(buf[:n], -1, *names)
+	return n == 0
+}
