@@ -29,14 +29,7 @@ func canary(t *testing.T) (dir string, check func()) {
 	writeFile(t, filepath.Join(dir, "payload"), "canary")
 	return dir, func() {
 		t.Helper()
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, e := range ents {
-			names = append(names, e.Name())
-		}
+		names := listNames(t, dir)
 		if strings.Join(names, ",") != "f,payload" {
 			t.Errorf("canary dir outside the source now holds %q: something was written outside the source", names)
 		}

@@ -121,6 +121,20 @@ func (r *rig) flush(t testing.TB) {
 	}
 }
 
+// listNames lists dir, sorted, without . and ..
+func listNames(t testing.TB, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
 func writeFile(t testing.TB, p, content string) {
 	t.Helper()
 	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {

@@ -481,15 +481,7 @@ func TestD2_EveryFsyncOfAnOpenNewFileReachesHost(t *testing.T) {
 func TestC2_D6_ListingsFollowChanges(t *testing.T) {
 	names := func(t *testing.T, p string) string {
 		t.Helper()
-		es, err := os.ReadDir(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var n []string
-		for _, e := range es {
-			n = append(n, e.Name())
-		}
-		return strings.Join(n, " ")
+		return strings.Join(listNames(t, p), " ")
 	}
 	for _, st := range storeStates {
 		t.Run(st.String(), func(t *testing.T) {
