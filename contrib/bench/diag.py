@@ -3,7 +3,7 @@
 FUSE_DEBUG=true and counts the FUSE requests per opcode for each run (cold,
 hot), and optionally `strace -c -f` of the plugin and of the workload.
 
-  diag.py [--state cached] [--workload W1|W2|W3|W4] [--quick] [--strace]
+  diag.py [--state cached] [--workload W1|W2|W3|W4] [--quick] [--strace] [--hot-runs N]
 
 Uses the tree bench.py prepared in WORK/H (run `make bench-quick` or
 `make bench` once first); mounts its own share of it at WORK/S-diag, so it
@@ -61,6 +61,8 @@ def main():
     ap.add_argument("--strace", action="store_true", help="strace -c -f the plugin and the workload (no FUSE debug)")
     ap.add_argument("--perf", action="store_true", help="perf record -g the plugin during the hot run (no FUSE debug); "
                     "writes WORK/p/<run>/perf-hot.txt")
+    ap.add_argument("--hot-runs", type=int, default=1,
+                    help="hot runs after the cold one (hot, hot2, ...): what the first repeat pays once")
     ap.add_argument("--work", default=os.path.join(bench.REPO, "_build", "bench"))
     ap.add_argument("--plugin", default=os.path.join(bench.REPO, "bin", "bindstate"))
     a = ap.parse_args()
@@ -99,19 +101,21 @@ def main():
         try:
             vol = "diag"
             target, _ = p.volume(vol, os.path.join(b.S, w.rel("diag")), a.state)
-            for v in ("cold", "hot"):
+            runs = ["cold", "hot"] + ["hot%d" % i for i in range(2, a.hot_runs + 1)]
+            for label in runs:
+                v = "cold" if label == "cold" else "hot"
                 if v == "cold":
                     bench.drop_caches()
                 start = os.path.getsize(p.logpath)
                 st = None
                 if a.strace:
-                    sp = os.path.join(p.dir, "strace-plugin-%s.txt" % v)
+                    sp = os.path.join(p.dir, "strace-plugin-%s.txt" % label)
                     st = subprocess.Popen(["strace", "-c", "-f", "-o", sp, "-p", str(p.pid)],
                                           stderr=subprocess.DEVNULL)
                     straces.append(sp)
                     time.sleep(0.5)
                 pf = None
-                if a.perf and v == "hot":
+                if a.perf and label == "hot":
                     pdata = os.path.join(p.dir, "perf-hot.data")
                     pf = subprocess.Popen(["perf", "record", "-q", "-g", "-F", "1999", "-o", pdata, "-p", str(p.pid)],
                                           stderr=subprocess.DEVNULL)
@@ -134,8 +138,8 @@ def main():
                      "fuse_ops_total": sum(ops.values())}
                 if a.strace:
                     r["strace_plugin"] = strace_summary(straces[-1])
-                out["runs"][v] = r
-                print("%s %s %s: %.2f s, %d FUSE requests: %s" % (a.state, a.workload, v, res["s"], sum(ops.values()),
+                out["runs"][label] = r
+                print("%s %s %s: %.2f s, %d FUSE requests: %s" % (a.state, a.workload, label, res["s"], sum(ops.values()),
                                                                ", ".join("%s %d" % kv for kv in ops.most_common(10))))
                 if a.strace:
                     print("  plugin syscalls (top by time):", ", ".join("%s %d calls %.2fs" % (x["syscall"], x["calls"], x["seconds"])
