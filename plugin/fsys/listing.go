@@ -18,11 +18,13 @@ import (
 //
 // The node bridge needs a handle to list a directory, so listingFS opens one
 // itself for a listing the kernel starts (offset 0) and keeps it, keyed by
-// the directory's node, while the kernel goes on reading at the offset it
-// left off. The handle is released when the listing ends (an empty reply),
-// when the kernel forgets the directory, or when more than maxListings
-// listings are left unfinished. A READDIR at an offset no kept listing is at
-// (two readers of one directory at once, or a seekdir) gets a fresh handle
+// the directory's node, while the kernel goes on reading where it left off:
+// at the end of the last reply, or inside it when the reader's buffer took
+// only part of it (the bridge replays the rest of its last reply). The
+// handle is released when the listing ends (an empty reply), when the
+// kernel forgets the directory, or when more than maxListings listings are
+// left unfinished. A READDIR at an offset no kept listing covers (two
+// readers of one directory at once, or a seekdir) gets a fresh handle
 // sought to that offset, which dirHandle supports.
 type listingFS struct {
 	fuse.RawFileSystem // the node bridge
@@ -35,7 +37,8 @@ type listingFS struct {
 type listing struct {
 	node uint64
 	fh   uint64
-	next uint64 // the offset the kernel asks for next
+	from uint64 // the offset the last reply started at
+	next uint64 // the offset after the last reply: where the kernel goes on
 }
 
 // maxListings bounds the listings kept for readers that stopped midway.
@@ -76,18 +79,19 @@ func (l *listingFS) read(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 		l.release(node, fh)
 		return st
 	}
-	l.keep(listing{node: node, fh: fh, next: out.Offset})
+	l.keep(listing{node: node, fh: fh, from: in.Offset, next: out.Offset})
 	return st
 }
 
-// take removes and returns the kept listing of node if it is at offset off.
-// A kept listing is past its first entry, so a listing starting over (offset
-// 0) always gets a fresh handle, and sees the directory as it is now.
+// take removes and returns the kept listing of node if off is where it goes
+// on: the end of its last reply, or inside it. A kept listing is past its
+// first entry, so a listing starting over (offset 0) always gets a fresh
+// handle, and sees the directory as it is now.
 func (l *listingFS) take(node, off uint64) (uint64, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	kept, ok := l.listings[node]
-	if !ok || kept.next != off {
+	if !ok || off <= kept.from || off > kept.next {
 		return 0, false
 	}
 	delete(l.listings, node)

@@ -131,6 +131,21 @@ func TestListingFSReadsAListingThroughOneHandle(t *testing.T) {
 	}
 }
 
+// A reader whose buffer took only part of a reply goes on inside it: the
+// kernel asks for the offset after the last entry it passed on, and the
+// bridge replays the rest of its last reply from the same handle.
+func TestListingFSGoesOnInsideItsLastReply(t *testing.T) {
+	b := newFakeBridge(25, 10)
+	l := newListingFS(b)
+	readPage(t, l, b, 7, 0) // e0..e9; the reader took e0..e3
+	if got := readAll(t, l, b, 7, 4); !slices.Equal(got, b.names[4:]) {
+		t.Fatalf("listing from 4: %v, want %v", got, b.names[4:])
+	}
+	if b.opens != 1 {
+		t.Errorf("%d handles opened, want 1: going on inside the last reply needs no new one", b.opens)
+	}
+}
+
 func TestListingFSSeeksForAnOffsetItDoesNotHold(t *testing.T) {
 	b := newFakeBridge(25, 10)
 	l := newListingFS(b)
