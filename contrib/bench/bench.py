@@ -84,6 +84,12 @@ class BenchError(Exception):
     pass
 
 
+class Timeout(BenchError):
+    """A run that did not finish in time: the share stalls now and then
+    (sshfs over loopback has held a `dd` for minutes), so it counts against
+    that run only, and the next repetition still runs."""
+
+
 # ---------------------------------------------------------------- processes
 
 def run(cmd, cwd=None, env=None, timeout=None, capture=False, check=True):
@@ -100,7 +106,7 @@ def run(cmd, cwd=None, env=None, timeout=None, capture=False, check=True):
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         p.communicate()
-        raise BenchError("timeout after %ss: %s" % (timeout, " ".join(cmd)[-200:]))
+        raise Timeout("timeout after %ss: %s" % (timeout, " ".join(cmd)[-200:]))
     except BaseException:  # interrupted: leave nothing running
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
@@ -803,6 +809,7 @@ class Bench:
         self.idle = {}  # cfg -> [idle results]
         self.writeback = {}  # cfg -> row -> {"lag_s": [...], "exit_flush_s": [...]}
         self.errors = {}  # cfg -> row -> error
+        self.fatal = set()  # (cfg, row) that failed other than by a timeout: not run again
         self.skipped = {}  # cfg -> reason
         self.plugin_bin = None
         self.consistent_via = "plugin"
@@ -936,9 +943,22 @@ class Bench:
             if k != "s":
                 r.setdefault(k, []).append(v)
 
-    def error(self, row, cfg, msg):
-        self.errors.setdefault(cfg, {})[row] = msg
+    def error(self, row, cfg, msg, rep=None, transient=False):
+        """Records a failed run. A transient failure (a timeout) counts
+        against its repetition only: the row's other repetitions still run,
+        and the report gives their median with how many were ok. Any other
+        failure (a wrong result) ends the row."""
+        per = self.errors.setdefault(cfg, {})
+        if rep is not None:
+            msg = "r%d: %s" % (rep, msg)
+        per[row] = per[row] + "; " + msg if row in per else msg
+        if not transient:
+            self.fatal.add((cfg, row))
         log("ERROR %s %s: %s" % (cfg, row, msg))
+
+    def failed(self, cfg, row):
+        """Whether row in cfg failed for good (not worth running again)."""
+        return (cfg, row) in self.fatal
 
     # ---- cycles
 
@@ -946,7 +966,7 @@ class Bench:
         """One repetition of workload w in configuration cfg: every variant
         (cold first) in one fresh mount, volume or replica."""
         rows = [(w.name + " " + v).strip() for v in w.variants]
-        if all(self.errors.get(cfg, {}).get(r) for r in rows):
+        if all(self.failed(cfg, r) for r in rows):
             return  # failed before: do not pay for it again
         rel = w.rel(cfg)
         plugin, vol, peer = None, None, None
@@ -973,8 +993,9 @@ class Bench:
                 target, info = peer.up()
                 for k, v in info.items():
                     wb(w.name).setdefault(k, []).append(_r(v))
+            failed_now = set()  # rows whose run failed in this repetition
             for v, row in zip(w.variants, rows):
-                if self.errors.get(cfg, {}).get(row):
+                if self.failed(cfg, row):
                     continue
                 if v in ("cold", ""):
                     drop_caches()
@@ -982,10 +1003,13 @@ class Bench:
                     with Sampler(plugin.pid if plugin else None) as s:
                         res = w.run(target, cfg, rep, v)
                 except BenchError as e:
-                    self.error(row, cfg, str(e))
+                    transient = isinstance(e, Timeout)
+                    self.error(row, cfg, str(e), rep=rep, transient=transient)
+                    failed_now.add(row)
                     if v == "cold":
                         for r2 in rows[1:]:
-                            self.error(r2, cfg, "skipped: the cold run failed")
+                            self.error(r2, cfg, "skipped: the cold run failed", rep=rep, transient=transient)
+                            failed_now.add(r2)
                     break
                 self.record(row, cfg, res)
                 if s.result:
@@ -1016,7 +1040,7 @@ class Bench:
                 wb(last).setdefault("exit_flush_s", []).append(_r(t))
             # A last run that failed (a timeout: the share stalled) never
             # wrote all its data: that is its error, not a loss to report.
-            finished = not self.errors.get(cfg, {}).get(last)
+            finished = last not in failed_now
             if (plugin or cfg in PEER_CONFIGS) and w.writes and finished and not w.landed(cfg, rep, w.variants[-1]):
                 lag = self.wait_landed(w, cfg, rep, w.variants[-1], limit=30 if peer else 120)
                 wb(last).setdefault("after_unmount_lag_s", []).append(lag)
@@ -1030,8 +1054,8 @@ class Bench:
             if not any(r in self.results and cfg in self.results[r] and len(self.results[r][cfg]["samples"]) >= rep
                        for r in rows):
                 for r in rows:  # nothing was measured: the rows failed
-                    if not self.errors.get(cfg, {}).get(r):
-                        self.error(r, cfg, msg)
+                    if not self.failed(cfg, r):
+                        self.error(r, cfg, msg, rep=rep, transient=isinstance(e, Timeout))
             else:
                 self.cycle_errors.append({"config": cfg, "workload": w.name, "rep": rep, "error": msg[:2000]})
                 log("ERROR %s %s r%d (after the runs): %s" % (cfg, w.name, rep, msg[:500]))

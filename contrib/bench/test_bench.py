@@ -122,6 +122,60 @@ class ProcessTest(unittest.TestCase):
         self.assertGreater(s.result["rss_max_mib"], 1)
 
 
+class FlakyWorkload(bench.Workload):
+    """Times out, or fails outright, in the repetitions it is told to."""
+    name = "WX"
+
+    def __init__(self, b, timeouts=(), failures=()):
+        super().__init__(b)
+        self.timeouts, self.failures, self.runs = set(timeouts), set(failures), []
+
+    def run(self, target, cfg, rep, variant):
+        self.runs.append((rep, variant))
+        if variant == "cold" and rep in self.timeouts:
+            bench.run("sleep 5", timeout=0.05)
+        if variant == "cold" and rep in self.failures:
+            raise bench.BenchError("listed 3 packages, expected 4")
+        return {"s": 0.01}
+
+
+class CycleTest(unittest.TestCase):
+    """Bench.cycle on the native configuration (no mounts, no root)."""
+
+    def bench(self):
+        b = bench.Bench.__new__(bench.Bench)
+        b.H, b.quick = tempfile.gettempdir(), True
+        b.results, b.errors, b.fatal = {}, {}, set()
+        b.resources, b.writeback, b.idle, b.cycle_errors = {}, {}, {}, []
+        return b
+
+    def setUp(self):
+        drop, bench.drop_caches = bench.drop_caches, lambda: None
+        self.addCleanup(setattr, bench, "drop_caches", drop)
+
+    def test_a_timeout_costs_only_its_repetition(self):
+        b = self.bench()
+        w = FlakyWorkload(b, timeouts={1})
+        for rep in (1, 2, 3):
+            b.cycle(w, "native", rep)
+        self.assertEqual(len(b.results["WX cold"]["native"]["samples"]), 2, b.results)
+        self.assertEqual(len(b.results["WX hot"]["native"]["samples"]), 2, b.results)
+        self.assertIn("r1: timeout", b.errors["native"]["WX cold"])
+        self.assertIn("r1: skipped: the cold run failed", b.errors["native"]["WX hot"])
+        cell = report.cell({"errors": b.errors, "meta": {"reps": 3}}, report.summary({"results": b.results}),
+                           "WX cold", "native")
+        self.assertIn("(2/3 ok)", cell)
+
+    def test_a_wrong_result_ends_the_row(self):
+        b = self.bench()
+        w = FlakyWorkload(b, failures={1})
+        for rep in (1, 2, 3):
+            b.cycle(w, "native", rep)
+        self.assertEqual(w.runs, [(1, "cold")], "runs after a failure that is not a timeout")
+        self.assertNotIn("WX cold", b.results)
+        self.assertIn("expected 4", b.errors["native"]["WX cold"])
+
+
 class FakePlugin(http.server.BaseHTTPRequestHandler):
     volumes = {}
 
