@@ -12,7 +12,9 @@ import (
 // dirHandle is a directory listing in progress. It lists the store only when
 // first read. The kernel never opens a directory on this mount (listingFS
 // answers OPENDIR with ENOSYS); listingFS opens a dirHandle for each listing
-// the kernel reads.
+// the kernel starts, and the bridge seeks it (Seekdir) for a reader that goes
+// on from elsewhere. The flags OpendirHandle returns never reach the kernel,
+// which assumes the same ones on a mount without OPENDIR.
 //
 // Directories are listed with FOPEN_CACHE_DIR: the kernel keeps the listing
 // in the directory's page cache and serves later readdirs from it, with no

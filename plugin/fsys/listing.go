@@ -17,35 +17,28 @@ import (
 // was a round trip there and one back for nothing.
 //
 // The node bridge needs a handle to list a directory, so listingFS opens one
-// itself for a listing the kernel starts (offset 0) and keeps it, keyed by
-// the directory's node, while the kernel goes on reading where it left off:
-// at the end of the last reply, or inside it when the reader's buffer took
-// only part of it (the bridge replays the rest of its last reply). The
-// handle is released when the listing ends (an empty reply), when the
-// kernel forgets the directory, or when more than maxListings listings are
-// left unfinished. A READDIR at an offset no kept listing covers (two
-// readers of one directory at once, or a seekdir) gets a fresh handle
-// sought to that offset, which dirHandle supports.
+// itself when the kernel starts a listing (offset 0) and keeps it, one per
+// directory, for the READDIRs that go on from a later offset. The bridge
+// takes any offset on a handle: it goes on where its last reply ended,
+// replays the rest of that reply to a reader whose buffer took only part of
+// it, and otherwise seeks (dirHandle.Seekdir), so two readers of one
+// directory taking turns share the kept handle. A listing that starts over
+// gets a fresh handle, and so sees the directory as it is now. The handle is
+// released when a listing ends (an empty reply), when the kernel forgets
+// the directory, or when more than maxListings directories have unfinished
+// listings.
 type listingFS struct {
 	fuse.RawFileSystem // the node bridge
 
 	mu       sync.Mutex
-	listings map[uint64]listing // by directory node ID
-}
-
-// listing is a bridge directory handle in the middle of a listing.
-type listing struct {
-	node uint64
-	fh   uint64
-	from uint64 // the offset the last reply started at
-	next uint64 // the offset after the last reply: where the kernel goes on
+	listings map[uint64]uint64 // directory node ID -> bridge handle of its listing in progress
 }
 
 // maxListings bounds the listings kept for readers that stopped midway.
 const maxListings = 256
 
 func newListingFS(bridge fuse.RawFileSystem) *listingFS {
-	return &listingFS{RawFileSystem: bridge, listings: map[uint64]listing{}}
+	return &listingFS{RawFileSystem: bridge, listings: map[uint64]uint64{}}
 }
 
 func (l *listingFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
@@ -79,40 +72,40 @@ func (l *listingFS) read(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirE
 		l.release(node, fh)
 		return st
 	}
-	l.keep(listing{node: node, fh: fh, from: in.Offset, next: out.Offset})
+	l.keep(node, fh)
 	return st
 }
 
-// take removes and returns the kept listing of node if off is where it goes
-// on: the end of its last reply, or inside it. A kept listing is past its
-// first entry, so a listing starting over (offset 0) always gets a fresh
-// handle, and sees the directory as it is now.
+// take removes and returns the kept handle of node for a READDIR at off. A
+// listing at offset 0 starts over and gets none.
 func (l *listingFS) take(node, off uint64) (uint64, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	kept, ok := l.listings[node]
-	if !ok || off <= kept.from || off > kept.next {
+	if off == 0 {
 		return 0, false
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fh, ok := l.listings[node]
 	delete(l.listings, node)
-	return kept.fh, true
+	return fh, ok
 }
 
-// keep stores a listing the kernel is expected to go on reading, releasing
-// the one it replaces and, past maxListings, an arbitrary other one.
-func (l *listingFS) keep(kept listing) {
-	var drop []listing
+// keep stores the handle of node's listing in progress, releasing the one
+// it replaces and, past maxListings, that of an arbitrary other directory.
+// A kept handle is never in use: take removes it for the length of a read.
+func (l *listingFS) keep(node, fh uint64) {
+	type kept struct{ node, fh uint64 }
+	var drop []kept
 	l.mu.Lock()
-	if old, ok := l.listings[kept.node]; ok {
-		drop = append(drop, old)
+	if old, ok := l.listings[node]; ok {
+		drop = append(drop, kept{node, old})
 	}
-	l.listings[kept.node] = kept
+	l.listings[node] = fh
 	for n, other := range l.listings {
 		if len(l.listings) <= maxListings {
 			break
 		}
-		if n != kept.node {
-			drop = append(drop, other)
+		if n != node {
+			drop = append(drop, kept{n, other})
 			delete(l.listings, n)
 		}
 	}
@@ -130,11 +123,11 @@ func (l *listingFS) release(node, fh uint64) {
 // handle must not outlive the node it lists.
 func (l *listingFS) Forget(node, nlookup uint64) {
 	l.mu.Lock()
-	kept, ok := l.listings[node]
+	fh, ok := l.listings[node]
 	delete(l.listings, node)
 	l.mu.Unlock()
 	if ok {
-		l.release(node, kept.fh)
+		l.release(node, fh)
 	}
 	l.RawFileSystem.Forget(node, nlookup)
 }

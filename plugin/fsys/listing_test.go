@@ -11,8 +11,9 @@ import (
 
 // fakeBridge stands in for go-fuse's node bridge below listingFS: it lists
 // a fixed set of names, perPage per reply, and tracks which directory
-// handles are open, so a test sees every handle listingFS opens and
-// whether it releases it.
+// handles are open and where each is, so a test sees every handle
+// listingFS opens, whether it releases it, and every READDIR that makes a
+// handle seek (the bridge's replay or dirHandle.Seekdir).
 type fakeBridge struct {
 	fuse.RawFileSystem
 
@@ -22,13 +23,15 @@ type fakeBridge struct {
 	mu       sync.Mutex
 	nextFh   uint64
 	open     map[uint64]uint64 // fh -> node
+	pos      map[uint64]uint64 // fh -> the offset its last reply ended at
 	opens    int
+	seeks    int
 	forgets  []uint64
 	lastPage []string // the names of the last reply
 }
 
 func newFakeBridge(n, perPage int) *fakeBridge {
-	b := &fakeBridge{RawFileSystem: fuse.NewDefaultRawFileSystem(), perPage: perPage, open: map[uint64]uint64{}}
+	b := &fakeBridge{RawFileSystem: fuse.NewDefaultRawFileSystem(), perPage: perPage, open: map[uint64]uint64{}, pos: map[uint64]uint64{}}
 	for i := range n {
 		b.names = append(b.names, fmt.Sprint("e", i))
 	}
@@ -48,10 +51,18 @@ func (b *fakeBridge) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.
 func (b *fakeBridge) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
 	b.mu.Lock()
 	node, ok := b.open[in.Fh]
+	if in.Offset != b.pos[in.Fh] {
+		b.seeks++
+	}
 	b.mu.Unlock()
 	if !ok || node != in.NodeId {
 		return fuse.EBADF
 	}
+	defer func() {
+		b.mu.Lock()
+		b.pos[in.Fh] = out.Offset
+		b.mu.Unlock()
+	}()
 	b.lastPage = nil
 	for i := int(in.Offset); i < len(b.names) && i < int(in.Offset)+b.perPage; i++ {
 		if out.AddDirLookupEntry(fuse.DirEntry{Name: b.names[i], Mode: fuse.S_IFREG, Off: uint64(i + 1)}) == nil {
@@ -146,24 +157,27 @@ func TestListingFSGoesOnInsideItsLastReply(t *testing.T) {
 	}
 }
 
-func TestListingFSSeeksForAnOffsetItDoesNotHold(t *testing.T) {
+// Two readers of one directory taking turns share the kept handle, which
+// seeks to where each goes on; a reader starting over gets a fresh one.
+func TestListingFSTwoReadersShareTheKeptHandle(t *testing.T) {
 	b := newFakeBridge(25, 10)
 	l := newListingFS(b)
-	first, next := readPage(t, l, b, 7, 0) // reader A: e0..e9, kept at 10
-	if len(first) != 10 || next != 10 {
-		t.Fatalf("first page %v next %d", first, next)
+	pageA, _ := readPage(t, l, b, 7, 0) // reader A: e0..e9
+	pageB, _ := readPage(t, l, b, 7, 0) // reader B starts over: a fresh handle, A's released
+	if b.opens != 2 || b.stillOpen() != 1 {
+		t.Fatalf("after two listings started: %d handles opened, %d open; want 2 and 1", b.opens, b.stillOpen())
 	}
-	readPage(t, l, b, 7, 0) // reader B starts over: A's handle is replaced
-	if n := b.stillOpen(); n != 1 {
-		t.Errorf("%d handles open with one listing kept, want 1", n)
+	nextA, _ := readPage(t, l, b, 7, 10) // A goes on with the kept handle (B's, at 10)
+	nextB, _ := readPage(t, l, b, 7, 10) // B too: it is at 20 now, so it seeks
+	if b.opens != 2 || b.seeks != 1 {
+		t.Errorf("readers taking turns: %d handles opened and %d seeks, want 2 and 1", b.opens, b.seeks)
 	}
-	// A goes on at 10, where no kept listing is (B's is at 10 too, so read
-	// from 15 to take the fallback).
-	if got := readAll(t, l, b, 7, 15); !slices.Equal(got, b.names[15:]) {
-		t.Fatalf("listing from 15: %v, want %v", got, b.names[15:])
-	}
-	if got := readAll(t, l, b, 7, 10); !slices.Equal(got, b.names[10:]) {
-		t.Fatalf("listing from 10: %v, want %v", got, b.names[10:])
+	gotA := slices.Concat(pageA, nextA, readAll(t, l, b, 7, 20))
+	gotB := slices.Concat(pageB, nextB, readAll(t, l, b, 7, 20))
+	for who, got := range map[string][]string{"A": gotA, "B": gotB} {
+		if !slices.Equal(got, b.names) {
+			t.Errorf("reader %s listed %v, want %v", who, got, b.names)
+		}
 	}
 	if n := b.stillOpen(); n != 0 {
 		t.Errorf("%d handles open after every listing ended, want 0", n)
