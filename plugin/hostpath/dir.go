@@ -1,6 +1,8 @@
 package hostpath
 
 import (
+	"unsafe"
+
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -99,4 +101,14 @@ func (d *Dir) Sync() error {
 // Setxattr sets an extended attribute on the directory itself.
 func (d *Dir) Setxattr(attr string, data []byte, flags int) error {
 	return d.err("setxattr", "", unix.Fsetxattr(d.fd, attr, data, flags))
+}
+
+// SetMtime sets the directory's modification time, leaving its access time.
+func (d *Dir) SetMtime(mtime unix.Timespec) error {
+	ts := [2]unix.Timespec{{Nsec: unix.UTIME_OMIT}, mtime}
+	_, _, e := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(d.fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+	if e != 0 {
+		return d.err("utimensat", "", e)
+	}
+	return nil
 }

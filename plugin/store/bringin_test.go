@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -72,5 +73,38 @@ func TestBusyCoversEveryNameOfAFileOpenForWriting(t *testing.T) {
 	}
 	if s.Busy("f") || s.Busy("g") {
 		t.Fatal("still busy after release")
+	}
+}
+
+// Listing a directory from the host into the store makes entries in the
+// store's directory, which sets its mtime to now; the container is to see
+// the host's mtime still (cached: the host's view is authoritative; rule C2
+// for a directory the container has not changed), as it did before.
+func TestC2_PopulatingKeepsTheHostsDirectoryMtime(t *testing.T) {
+	for _, st := range []consistency.State{consistency.Cached, consistency.Delegated} {
+		t.Run(st.String(), func(t *testing.T) {
+			var host unix.Stat_t
+			s := openTestStore(t, st, func(h string) {
+				os.Mkdir(filepath.Join(h, "d"), 0o755)
+				os.WriteFile(filepath.Join(h, "d", "f"), []byte("x"), 0o644)
+				old := time.Date(2001, 2, 3, 4, 5, 6, 7, time.UTC)
+				os.Chtimes(filepath.Join(h, "d"), old, old)
+				if err := unix.Lstat(filepath.Join(h, "d"), &host); err != nil {
+					t.Fatal(err)
+				}
+			})
+			for _, dir := range []string{"", "d"} {
+				if err := s.EnsurePopulated(dir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := s.Lstat("d")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Mtim != host.Mtim {
+				t.Errorf("directory d after it was listed into the store: mtime %v, the host has %v", got.Mtim, host.Mtim)
+			}
+		})
 	}
 }

@@ -81,6 +81,14 @@ func (s *Store) EnsurePopulated(dir string) error {
 			}
 		}
 	}
+	// Making the entries set the store directory's mtime to now; the
+	// container is to see the host's (cached: the host's view is
+	// authoritative), as it did before the directory was listed.
+	if b, ok := s.Base(dir); ok && b.Mode&unix.S_IFMT == unix.S_IFDIR {
+		if err := d.SetMtime(unix.NsecToTimespec(b.Mtime)); err != nil {
+			return fmt.Errorf("populate %q: %w", dir, err)
+		}
+	}
 	return d.Setxattr(xattrPopulated, []byte("1"), 0)
 }
 
