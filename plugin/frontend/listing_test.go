@@ -108,3 +108,48 @@ func getdentsOnce(t *testing.T, fd int, names *[]string) bool {
 	_, _, *names = unix.ParseDirent(buf[:n], -1, *names)
 	return n == 0
 }
+
+// After the kernel lists a directory from the plugin it marks the
+// directory's atime stale, so the next stat of the directory would cost a
+// GETATTR whatever the attribute timeout (a hot git status after a cold one
+// paid one per directory of the tree). The plugin stats a directory whose
+// listing ended through the mount itself, off the container's path, so the
+// container's stat then costs none; and what it gets is still right.
+func TestStatAfterListingCostsNoRequest(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			r := newRig(t, st, func(h string) {
+				if err := os.MkdirAll(filepath.Join(h, "d", "e"), 0o750); err != nil {
+					t.Fatal(err)
+				}
+				writeFile(t, filepath.Join(h, "d", "e", "f"), "x")
+			})
+			ops := func(kind string) uint64 { return r.front.Status().Ops[kind] }
+			for _, dir := range []string{"d", "d/e"} {
+				restats := ops("restat")
+				if got := listNames(t, r.mntPath(dir)); len(got) == 0 {
+					t.Fatalf("listing %q: empty", dir)
+				}
+				waitFor(t, fmt.Sprintf("the plugin's stat of %q after its listing", dir), func() bool {
+					return ops("restat") > restats
+				})
+				before := ops("getattr")
+				var got unix.Stat_t
+				if err := unix.Lstat(r.mntPath(dir), &got); err != nil {
+					t.Fatal(err)
+				}
+				if n := ops("getattr") - before; n != 0 {
+					t.Errorf("%s: a stat of %q after its listing cost %d GETATTR requests, want 0", st, dir, n)
+				}
+				var host unix.Stat_t
+				if err := unix.Lstat(r.hostPath(dir), &host); err != nil {
+					t.Fatal(err)
+				}
+				if got.Mode != host.Mode || got.Mtim != host.Mtim {
+					t.Errorf("%s: stat of %q after its listing: mode %o mtime %v, the host has %o %v",
+						st, dir, got.Mode, got.Mtim, host.Mode, host.Mtim)
+				}
+			}
+		})
+	}
+}

@@ -35,6 +35,7 @@ var (
 	_ = (fs.NodeOpendirHandler)((*node)(nil))
 	_ = (fs.FileReaddirenter)((*dirHandle)(nil))
 	_ = (fs.FileSeekdirer)((*dirHandle)(nil))
+	_ = (fs.FileReleasedirer)((*dirHandle)(nil))
 )
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -90,4 +91,17 @@ func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	}
 	d.pos = min(int(off), len(d.list))
 	return 0
+}
+
+// Releasedir is called by listingFS when a listing ends, when the kernel
+// forgets the directory, or when too many listings are unfinished. A listing
+// read to its end has the restater put back the attributes the kernel drops
+// after listing a directory.
+func (d *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) {
+	d.mu.Lock()
+	ended := d.loaded && d.pos >= len(d.list)
+	d.mu.Unlock()
+	if ended && d.n.fs.restat != nil {
+		d.n.fs.restat.add(d.n)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -44,6 +45,8 @@ type Mount struct {
 	server     *fuse.Server
 	root       *node
 	mountpoint string
+	restat     *restater
+	stopOnce   sync.Once
 }
 
 // New mounts st at mountpoint.
@@ -61,7 +64,8 @@ func New(st *store.Store, mountpoint string, o Options) (*Mount, error) {
 	if err != nil {
 		return nil, err
 	}
-	fsys := &filesystem{store: st, log: o.Log, passthrough: !o.NoPassthrough, attrTimeout: o.AttrTimeout}
+	fsys := &filesystem{store: st, log: o.Log, passthrough: !o.NoPassthrough, attrTimeout: o.AttrTimeout,
+		restat: newRestater(mountpoint)}
 	root := &node{fs: fsys}
 	timeout := o.AttrTimeout
 	opts := &fs.Options{
@@ -87,13 +91,15 @@ func New(st *store.Store, mountpoint string, o Options) (*Mount, error) {
 	}
 	server, err := fuse.NewServer(newListingFS(fs.NewNodeFS(root, opts)), mountpoint, &opts.MountOptions)
 	if err != nil {
+		fsys.restat.close()
 		return nil, &os.PathError{Op: "fuse mount", Path: mountpoint, Err: err}
 	}
 	go server.Serve()
 	if err := server.WaitMount(); err != nil {
+		fsys.restat.close()
 		return nil, &os.PathError{Op: "fuse mount", Path: mountpoint, Err: err}
 	}
-	return &Mount{server: server, root: root, mountpoint: mountpoint}, nil
+	return &Mount{server: server, root: root, mountpoint: mountpoint, restat: fsys.restat}, nil
 }
 
 // Mountpoint is where the file system is mounted.
@@ -109,6 +115,7 @@ var detachedWait = 10 * time.Second
 // waits for that at most detachedWait, so that one stuck process cannot hold
 // the caller (and Docker's Unmount call) forever; it then says so.
 func (m *Mount) Unmount() error {
+	m.stopOnce.Do(m.restat.close)
 	err := m.server.Unmount()
 	if err != nil {
 		derr := unix.Unmount(m.mountpoint, unix.MNT_DETACH)
@@ -161,6 +168,7 @@ type filesystem struct {
 	log         *slog.Logger
 	passthrough bool
 	attrTimeout time.Duration // Options.AttrTimeout
+	restat      *restater
 }
 
 // origin marks requests made by the syncer's own threads as host-origin

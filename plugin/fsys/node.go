@@ -34,6 +34,8 @@ type node struct {
 	// store, not first a getxattr of the directory to ask: a cold tree walk
 	// (go list, git status) does a lookup per file.
 	populated atomic.Bool
+
+	getattrs atomic.Uint64 // GETATTRs served (see restater)
 }
 
 var (
@@ -132,6 +134,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.fs.store.CountOp("getattr")
+	n.getattrs.Add(1)
 	var st unix.Stat_t
 	var err error
 	if h, ok := f.(*handle); ok && h != nil {
