@@ -1,9 +1,8 @@
 package hostpath
 
 import (
-	"unsafe"
-
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -104,6 +103,7 @@ func (d *Dir) Setxattr(attr string, data []byte, flags int) error {
 }
 
 // SetMtime sets the directory's modification time, leaving its access time.
+// It is futimens(3), which x/sys has no wrapper for (utimensat with no path).
 func (d *Dir) SetMtime(mtime unix.Timespec) error {
 	ts := [2]unix.Timespec{{Nsec: unix.UTIME_OMIT}, mtime}
 	_, _, e := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(d.fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
