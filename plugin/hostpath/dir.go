@@ -2,7 +2,6 @@ package hostpath
 
 import (
 	"strings"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -38,6 +37,9 @@ func (d *Dir) Close() error { return unix.Close(d.fd) }
 
 // Rel is the directory's path relative to its Root.
 func (d *Dir) Rel() string { return d.rel }
+
+// Fd is the directory's own descriptor, for stat and times (valid until Close).
+func (d *Dir) Fd() int { return d.fd }
 
 func (d *Dir) err(op, name string, err error) error {
 	return d.r.pathErr(op, joinRel(d.rel, name), err)
@@ -100,15 +102,4 @@ func (d *Dir) Sync() error {
 // Setxattr sets an extended attribute on the directory itself.
 func (d *Dir) Setxattr(attr string, data []byte, flags int) error {
 	return d.err("setxattr", "", unix.Fsetxattr(d.fd, attr, data, flags))
-}
-
-// SetMtime sets the directory's modification time, leaving its access time.
-// It is futimens(3), which x/sys has no wrapper for (utimensat with no path).
-func (d *Dir) SetMtime(mtime unix.Timespec) error {
-	ts := [2]unix.Timespec{{Nsec: unix.UTIME_OMIT}, mtime}
-	_, _, e := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(d.fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
-	if e != 0 {
-		return d.err("utimensat", "", e)
-	}
-	return nil
 }

@@ -51,6 +51,10 @@ func (s *Store) EnsurePopulated(dir string) error {
 		return fmt.Errorf("populate %q: %w", dir, err)
 	}
 	defer d.Close()
+	var before unix.Stat_t
+	if err := unix.Fstat(d.Fd(), &before); err != nil {
+		return fmt.Errorf("populate %q: %w", dir, err)
+	}
 	// Names of one host file (hard links) become names of one store file,
 	// so that a write through one is seen through the others, as on the
 	// host. Links across directories are not looked for.
@@ -81,13 +85,12 @@ func (s *Store) EnsurePopulated(dir string) error {
 			}
 		}
 	}
-	// Making the entries set the store directory's mtime to now; the
-	// container is to see the host's (cached: the host's view is
-	// authoritative), as it did before the directory was listed.
-	if b, ok := s.Base(dir); ok && b.Mode&unix.S_IFMT == unix.S_IFDIR {
-		if err := d.SetMtime(unix.NsecToTimespec(b.Mtime)); err != nil {
-			return fmt.Errorf("populate %q: %w", dir, err)
-		}
+	// Making the entries sets the store directory's mtime to now: it gets
+	// back the one it had (the host's, copied when the directory was
+	// adopted), which the container saw before the listing (cached: the
+	// host's view is authoritative).
+	if err := futimens(d.Fd(), []unix.Timespec{{Nsec: unix.UTIME_OMIT}, before.Mtim}); err != nil {
+		return fmt.Errorf("populate %q: %w", dir, err)
 	}
 	return d.Setxattr(xattrPopulated, []byte("1"), 0)
 }

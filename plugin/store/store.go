@@ -308,8 +308,8 @@ func (s *Store) IsDirty(rel string) bool {
 	return s.queue != nil && s.queue.IsDirty(rel)
 }
 
-// syncRootAttrs gives the store's root the host root's owner and mode, so
-// the mount's root looks like the source.
+// syncRootAttrs gives the store's root the host root's owner and mode (and,
+// for a new store, its mtime), so the mount's root looks like the source.
 func (s *Store) syncRootAttrs() error {
 	st, err := s.host.Lstat("")
 	if err != nil {
@@ -318,7 +318,15 @@ func (s *Store) syncRootAttrs() error {
 	if err := s.local.Lchown("", int(st.Uid), int(st.Gid)); err != nil {
 		return err
 	}
-	return s.local.Chmod("", st.Mode&07777)
+	if err := s.local.Chmod("", st.Mode&07777); err != nil {
+		return err
+	}
+	if s.isPopulated("") {
+		return nil // the root's mtime is the container's now (its changes)
+	}
+	// A new store's root is the host's root, as every entry adopted later is
+	// its host entry: with its mtime too.
+	return s.local.Utimes("", nil, &st.Mtim)
 }
 
 // Base is the host's attributes as last seen in sync with the store entry.
