@@ -101,7 +101,7 @@ func (d *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) {
 	d.mu.Lock()
 	ended := d.loaded && d.pos >= len(d.list)
 	d.mu.Unlock()
-	if ended && d.n.fs.restat != nil {
+	if ended {
 		d.n.fs.restat.add(d.n)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -45,8 +44,6 @@ type Mount struct {
 	server     *fuse.Server
 	root       *node
 	mountpoint string
-	restat     *restater
-	stopOnce   sync.Once
 }
 
 // New mounts st at mountpoint.
@@ -99,7 +96,7 @@ func New(st *store.Store, mountpoint string, o Options) (*Mount, error) {
 		fsys.restat.close()
 		return nil, &os.PathError{Op: "fuse mount", Path: mountpoint, Err: err}
 	}
-	return &Mount{server: server, root: root, mountpoint: mountpoint, restat: fsys.restat}, nil
+	return &Mount{server: server, root: root, mountpoint: mountpoint}, nil
 }
 
 // Mountpoint is where the file system is mounted.
@@ -115,7 +112,7 @@ var detachedWait = 10 * time.Second
 // waits for that at most detachedWait, so that one stuck process cannot hold
 // the caller (and Docker's Unmount call) forever; it then says so.
 func (m *Mount) Unmount() error {
-	m.stopOnce.Do(m.restat.close)
+	m.root.fs.restat.close()
 	err := m.server.Unmount()
 	if err != nil {
 		derr := unix.Unmount(m.mountpoint, unix.MNT_DETACH)

@@ -30,11 +30,12 @@ import (
 type restater struct {
 	mountpoint string
 
-	mu      sync.Mutex
-	queue   []restat
-	wake    chan struct{}
-	stop    chan struct{}
-	stopped chan struct{}
+	mu       sync.Mutex
+	queue    []restat
+	wake     chan struct{}
+	stop     chan struct{}
+	stopOnce sync.Once
+	stopped  chan struct{}
 }
 
 // restat is a directory waiting to be statted, and the how-manieth try.
@@ -78,9 +79,10 @@ func (r *restater) push(e restat) {
 }
 
 // close stops the restater and waits for it: before the unmount, since a
-// stat in flight holds the mount busy.
+// stat in flight holds the mount busy. Later calls (an unmount tried again)
+// return at once.
 func (r *restater) close() {
-	close(r.stop)
+	r.stopOnce.Do(func() { close(r.stop) })
 	<-r.stopped
 }
 
