@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -92,7 +93,26 @@ func (s *Store) EnsurePopulated(dir string) error {
 	if err := futimens(d.Fd(), []unix.Timespec{{Nsec: unix.UTIME_OMIT}, before.Mtim}); err != nil {
 		return fmt.Errorf("populate %q: %w", dir, err)
 	}
-	return d.Setxattr(xattrPopulated, []byte("1"), 0)
+	if err := d.Setxattr(xattrPopulated, []byte("1"), 0); err != nil {
+		return err
+	}
+	s.populatedMu.Lock()
+	s.populated = append(s.populated, dir)
+	s.populatedMu.Unlock()
+	return nil
+}
+
+// PopulatedSince returns the directories populated since the store was
+// opened, from the n-th on, and the n to ask with next time: the host
+// refresh watches each from the check after its populate. (One string per
+// populated directory: the refresh keeps as much for each anyway.)
+func (s *Store) PopulatedSince(n int) ([]string, int) {
+	s.populatedMu.Lock()
+	defer s.populatedMu.Unlock()
+	if n > len(s.populated) {
+		n = len(s.populated)
+	}
+	return slices.Clone(s.populated[n:]), len(s.populated)
 }
 
 // adoptIn creates the entry name of the open store directory d as a copy of

@@ -98,6 +98,9 @@ type Store struct {
 
 	conflicts atomic.Int64 // host copies kept aside (D7)
 
+	populatedMu sync.Mutex
+	populated   []string // directories populated since the store was opened, in order
+
 	// tombs are the bases of host paths whose store entry was removed or
 	// renamed away and whose writeback has not happened yet (delegated), and
 	// of symlinks (which cannot carry the base xattr): the writeback compares

@@ -93,16 +93,24 @@ func TestPlanIsSortedAndCarriesHostAttrs(t *testing.T) {
 	}
 }
 
-// The rescan of a large tree on a slow share backs off: the refresher never
-// scans more than a tenth of the time (no polling storm), and small trees are
-// rescanned at the configured interval (C5: host changes may arrive late, but
-// they do arrive).
+// Looking at a large tree on a slow share backs off: checks take at most a
+// tenth of the time, sweeps (the costly kind) a thirtieth, so there is no
+// polling storm, and small trees are looked at every interval (C5: host
+// changes may arrive late, but they do arrive).
 func TestC5_RescanIntervalBacksOffForSlowScans(t *testing.T) {
 	every := time.Second
-	if got := nextScan(every, 10*time.Millisecond); got != every {
-		t.Fatalf("fast scan: next in %v, want %v", got, every)
-	}
-	if got := nextScan(every, 2*time.Second); got != 18*time.Second {
-		t.Fatalf("2s scan: next in %v, want 18s", got)
+	for _, c := range []struct {
+		took      time.Duration
+		dutyCycle int64
+		want      time.Duration
+	}{
+		{10 * time.Millisecond, checkDutyCycle, every},
+		{10 * time.Millisecond, sweepDutyCycle, every},
+		{200 * time.Millisecond, checkDutyCycle, 1800 * time.Millisecond},
+		{2 * time.Second, sweepDutyCycle, 58 * time.Second},
+	} {
+		if got := nextLook(every, c.took, c.dutyCycle); got != c.want {
+			t.Errorf("a look that took %v, duty cycle 1/%d: next in %v, want %v", c.took, c.dutyCycle, got, c.want)
+		}
 	}
 }

@@ -2,8 +2,13 @@ package syncer
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"hash/fnv"
 	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -17,21 +22,86 @@ type Invalidator interface {
 	Invalidate(rel string, content, entry bool)
 }
 
-// Refresher keeps a mounted store up to date with host edits, by rescanning
-// the directories the container has looked into. A share gives no change
-// notifications (sshfs, NFS, 9p), so scanning is the one method that works
-// for all; only populated directories are scanned, so a large tree the
-// container never looked into costs nothing.
+// Refresher keeps a mounted store up to date with host edits. A share gives
+// no change notifications (sshfs, NFS, 9p), so it looks, in two ways:
+//
+//   - a sweep (Scan) compares every populated directory with the host, entry
+//     by entry; it finds every change, and on a large tree it is slow (a host
+//     stat per entry: about 1 s of CPU per 100k entries on sshfs);
+//   - between sweeps, a check (Check) stats only the populated directories on
+//     the host, and sweeps those whose mtime moved, and those populated since.
+//     A name made, removed or renamed on the host, which is also how most
+//     editors save (write a new file, rename it over the old), moves the
+//     directory's mtime; an edit in place does not, and waits for the sweep,
+//     unless the directory had a host change in the last minute (hotFor).
+//
+// Only populated directories are looked at, so a large tree the container
+// never looked into costs nothing.
 type Refresher struct {
 	store *store.Store
 	mnt   *hostpath.Root // the FUSE mount, where changes are applied
 	inval Invalidator
 	every time.Duration
 	log   *slog.Logger
+
+	mu sync.Mutex // one Scan or Check at a time
+	// inSync holds, for each directory the last look found in sync, how
+	// its two sides looked then. A directory that still looks the same is
+	// not compared entry by entry again: on a large tree that comparison
+	// (a store lstat and a base xattr read per entry) was half of a
+	// sweep's CPU, and nearly every directory is unchanged.
+	inSync map[string]syncMark
+	// watched are the populated directories as of the last sweep, and those
+	// found by checks since (nil before the first sweep).
+	watched map[string]dirWatch
+	// populated is where this refresher is in the store's log of populated
+	// directories (store.PopulatedSince), and populatedAt when it was read.
+	populated   int
+	populatedAt time.Time
+	// hot are the directories listed at every check until the time given
+	// (see hotFor); sweeps leave them be.
+	hot map[string]time.Time
+}
+
+// syncMark is how a directory looked on both sides when it was last in sync.
+// The host side is a sum of its listing (what Plan compares: name, mode,
+// size, mtime); the store side is the directory's inode and ctime, which
+// change whenever an entry is made, removed or renamed in the store, by the
+// container or by a refresh. The contents of the store's files do not
+// matter: a file the container changed is either busy (left alone by any
+// plan) or, once written back, changed on the host too.
+type syncMark struct {
+	host       uint64
+	localIno   uint64
+	localCtime int64
+}
+
+// dirWatch is what a check compares a watched directory with.
+type dirWatch struct {
+	mtime int64 // the host directory's mtime (ns) before it was last listed
+	// racy: that mtime was too recent to tell a later change in the same
+	// tick of the host's clock (sftp keeps whole seconds), so the next
+	// check lists the directory whatever its mtime (git's "racy clean").
+	// Judged by this machine's clock: against a share whose clock is far
+	// off, such a change waits for the sweep.
+	racy bool
+}
+
+// hotFor is how long a directory in which a host change was found is listed
+// at every check: edits come in bursts (a save, then another; a branch
+// switch), and an edit in place does not move the directory's mtime.
+const hotFor = time.Minute
+
+// racyWindow is how recent an mtime may be and still be trusted to move
+// with the next change: sftp's whole seconds, and a second of slack.
+const racyWindow = 2 * time.Second
+
+func watchOf(mtime int64) dirWatch {
+	return dirWatch{mtime: mtime, racy: time.Since(time.Unix(0, mtime)) < racyWindow}
 }
 
 // NewRefresher applies host changes to st through the mount opened as mnt,
-// scanning every interval.
+// looking every interval.
 func NewRefresher(st *store.Store, mnt *hostpath.Root, inval Invalidator, every time.Duration, log *slog.Logger) *Refresher {
 	if log == nil {
 		log = slog.Default()
@@ -39,17 +109,24 @@ func NewRefresher(st *store.Store, mnt *hostpath.Root, inval Invalidator, every 
 	return &Refresher{store: st, mnt: mnt, inval: inval, every: every, log: log}
 }
 
-// dutyCycle bounds the share of time the refresher spends scanning: after a
-// scan that took d, the next starts no sooner than (dutyCycle-1)*d later. A
-// large tree on a slow share is then rescanned less often, instead of keeping
-// the plugin and the share busy all the time (a polling storm).
-const dutyCycle = 10
+// checkDutyCycle and sweepDutyCycle bound the share of time the refresher
+// spends looking: after a check (or sweep) that took d, the next starts no
+// sooner than (dutyCycle-1)*d later. A large tree on a slow share is then
+// looked at less often, instead of keeping the plugin and the share busy all
+// the time (a polling storm). Sweeps are the costly kind: on a 100k-entry
+// tree on sshfs one takes ~3 s (~1 s of CPU), so it runs about every 80 s,
+// while checks (~1,000 directory stats, 15 ms) run every interval.
+const (
+	checkDutyCycle = 10
+	sweepDutyCycle = 30
+)
 
-// Run scans until ctx ends, every interval, or less often for trees whose
-// scan is slow (see dutyCycle).
+// Run looks for host changes until ctx ends: a sweep first, then a check
+// every interval and a sweep as often as sweepDutyCycle allows.
 func (r *Refresher) Run(ctx context.Context) {
 	t := time.NewTimer(r.every)
 	defer t.Stop()
+	var sweepAt time.Time // the first look is a sweep
 	for {
 		select {
 		case <-ctx.Done():
@@ -57,40 +134,217 @@ func (r *Refresher) Run(ctx context.Context) {
 		case <-t.C:
 		}
 		start := time.Now()
-		if n, err := r.Scan(ctx); err != nil && ctx.Err() == nil {
-			r.log.Warn("host refresh failed", "err", err)
-		} else if n > 0 {
-			r.log.Debug("host changes brought in", "changes", n)
+		kind := "sweep"
+		var stats ScanStats
+		var err error
+		if start.Before(sweepAt) {
+			kind = "check"
+			stats, err = r.Check(ctx)
+		} else {
+			stats, err = r.Scan(ctx)
+			sweepAt = start.Add(nextLook(r.every, time.Since(start), sweepDutyCycle))
 		}
-		t.Reset(nextScan(r.every, time.Since(start)))
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("host refresh failed", "kind", kind, "err", err)
+		}
+		r.log.Debug("host refresh", "kind", kind, "took", time.Since(start), "checked", stats.Checked,
+			"dirs", stats.Dirs, "unchanged", stats.Unchanged, "changes", stats.Applied)
+		t.Reset(nextLook(r.every, time.Since(start), checkDutyCycle))
 	}
 }
 
-// nextScan is the wait before the next scan, after one that took took.
-func nextScan(every, took time.Duration) time.Duration {
-	return max(every, (dutyCycle-1)*took)
+// nextLook is the wait before the next look, after one that took took.
+func nextLook(every, took time.Duration, dutyCycle int64) time.Duration {
+	return max(every, time.Duration(dutyCycle-1)*took)
 }
 
-// Scan makes one pass over the populated directories and applies what
-// changed. It returns how many changes were applied.
-func (r *Refresher) Scan(ctx context.Context) (int, error) {
+// ScanStats says what one Scan or Check did.
+type ScanStats struct {
+	Checked   int // directories whose mtime was compared (Check)
+	Dirs      int // directories listed on the host and compared
+	Unchanged int // of those, found as at the last look: not compared entry by entry
+	Applied   int // host changes brought in
+}
+
+// dirRef is a directory to list, with its host mtime (ns) from before.
+type dirRef struct {
+	rel   string
+	mtime int64
+}
+
+// Scan sweeps: it compares every populated directory with the host and
+// applies what changed.
+func (r *Refresher) Scan(ctx context.Context) (ScanStats, error) {
+	var stats ScanStats
 	if !r.store.IsPopulated("") {
-		return 0, nil
+		return stats, nil
 	}
-	applied := 0
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// Read first: a directory populated during the sweep is then looked
+	// for by the next check.
+	_, r.populated = r.store.PopulatedSince(r.populated)
+	r.populatedAt = time.Now()
+	root, err := r.store.Host().Lstat("")
+	if err != nil {
+		return stats, err
+	}
+	if r.inSync == nil {
+		r.inSync = make(map[string]syncMark)
+	}
+	// What this sweep finds is what is watched: a directory gone, or not
+	// populated any more, is forgotten.
+	r.watched = make(map[string]dirWatch, len(r.watched))
+	err = r.list(ctx, []dirRef{{"", root.Mtim.Nano()}}, &stats)
+	for dir := range r.inSync {
+		if _, ok := r.watched[dir]; !ok {
+			delete(r.inSync, dir)
+		}
+	}
+	return stats, err
+}
+
+// Check stats every watched directory on the host, and lists those whose
+// mtime moved, those populated since they were last looked at, and the
+// populated subdirectories found in them.
+func (r *Refresher) Check(ctx context.Context) (ScanStats, error) {
+	var stats ScanStats
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.watched == nil {
+		return stats, nil // no sweep yet
+	}
+	var queue []dirRef
 	var errs []error
-	dirs := []string{""}
-	for len(dirs) > 0 && ctx.Err() == nil {
-		dir := dirs[len(dirs)-1]
-		dirs = dirs[:len(dirs)-1]
-		n, sub, err := r.scanDir(dir)
-		applied += n
+	// Directories populated since the last look. One whose host mtime is
+	// older than that look (and not racy) has not changed since it was
+	// listed into the store: it is only watched from now on. (After a
+	// container walks a large tree, listing each again was most of the
+	// refresher's work.)
+	populated, next := r.store.PopulatedSince(r.populated)
+	before := r.populatedAt
+	r.populated, r.populatedAt = next, time.Now()
+	for _, rel := range populated {
+		if _, ok := r.watched[rel]; ok || !r.store.IsPopulated(rel) {
+			continue
+		}
+		st, err := r.store.Host().Lstat(rel)
+		if err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			continue // gone on the host: its parent's mtime moved
+		}
+		if mtime := time.Unix(0, st.Mtim.Nano()); mtime.Before(before.Add(-racyWindow)) {
+			r.watched[rel] = watchOf(st.Mtim.Nano())
+			continue
+		}
+		queue = append(queue, dirRef{rel, st.Mtim.Nano()})
+	}
+	now := time.Now()
+	mtimes := make(map[string]int64, len(r.watched))
+	toList := make(map[string]bool)
+	for dir, w := range r.watched {
+		if ctx.Err() != nil {
+			break
+		}
+		st, err := r.store.Host().Lstat(dir)
+		stats.Checked++
+		switch {
+		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || (err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR):
+			// Gone on the host: its parent's mtime moved, and the
+			// parent's plan removes it from the store.
+			delete(r.watched, dir)
+			delete(r.inSync, dir)
+		case err != nil:
+			errs = append(errs, err)
+		case st.Mtim.Nano() != w.mtime:
+			mtimes[dir] = st.Mtim.Nano()
+			toList[dir] = true
+			// The directory's own attributes (its new mtime) are in
+			// its parent's listing.
+			toList[parentOf(dir)] = true
+		case w.racy || now.Before(r.hot[dir]):
+			mtimes[dir] = st.Mtim.Nano()
+			toList[dir] = true
+		default:
+			mtimes[dir] = st.Mtim.Nano()
+		}
+	}
+	for dir, until := range r.hot {
+		if !now.Before(until) {
+			delete(r.hot, dir)
+		}
+	}
+	for dir := range toList {
+		if mtime, ok := mtimes[dir]; ok {
+			queue = append(queue, dirRef{dir, mtime})
+		}
+	}
+	// Parents last (the queue is taken from its end): bringing a name in
+	// through the mount sets the store directory's mtime to now, and the
+	// parent's listing then gives it the host's.
+	slices.SortFunc(queue, func(a, b dirRef) int { return depth(a.rel) - depth(b.rel) })
+	errs = append(errs, r.list(ctx, queue, &stats))
+	return stats, errors.Join(errs...)
+}
+
+// list compares each queued directory with the host, and then the populated
+// subdirectories found in them that are not watched yet (all of them, in a
+// sweep), and records what it saw. r.mu held.
+func (r *Refresher) list(ctx context.Context, queue []dirRef, stats *ScanStats) error {
+	var errs []error
+	for len(queue) > 0 && ctx.Err() == nil {
+		d := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		res, err := r.scanDir(d.rel)
+		stats.Dirs++
+		stats.Applied += res.applied
+		if res.unchanged {
+			stats.Unchanged++
+		}
+		if res.inSync != nil {
+			r.inSync[d.rel] = *res.inSync
+		} else {
+			delete(r.inSync, d.rel)
+		}
+		w := watchOf(d.mtime)
+		if res.applied > 0 {
+			if r.hot == nil {
+				r.hot = make(map[string]time.Time)
+			}
+			r.hot[d.rel] = time.Now().Add(hotFor)
+		}
 		if err != nil {
 			errs = append(errs, err)
+			w.racy = true // listed in full at the next check
 		}
-		dirs = append(dirs, sub...)
+		if res.gone {
+			delete(r.watched, d.rel)
+		} else {
+			r.watched[d.rel] = w
+		}
+		for _, sub := range res.sub {
+			if _, ok := r.watched[sub.rel]; !ok {
+				queue = append(queue, sub)
+			}
+		}
 	}
-	return applied, errors.Join(errs...)
+	return errors.Join(errs...)
+}
+
+// parentOf is the directory holding rel ("" for the root's entries and the
+// root itself).
+func parentOf(rel string) string {
+	if i := strings.LastIndexByte(rel, '/'); i >= 0 {
+		return rel[:i]
+	}
+	return ""
+}
+
+// depth is how many names rel has (0 for the root).
+func depth(rel string) int {
+	if rel == "" {
+		return 0
+	}
+	return 1 + strings.Count(rel, "/")
 }
 
 func join(dir, name string) string {
@@ -100,53 +354,119 @@ func join(dir, name string) string {
 	return dir + "/" + name
 }
 
-// scanDir plans and applies one directory; it returns the populated
-// subdirectories to scan next.
-func (r *Refresher) scanDir(dir string) (int, []string, error) {
+// dirScan is what scanning one directory did.
+type dirScan struct {
+	applied   int       // host changes brought in
+	sub       []dirRef  // populated subdirectories, to scan next
+	unchanged bool      // both sides as at the last look: nothing compared
+	inSync    *syncMark // set if the directory is now in sync
+	gone      bool      // not on the host (any more)
+}
+
+// scanDir plans and applies one directory.
+func (r *Refresher) scanDir(dir string) (dirScan, error) {
+	var res dirScan
 	host, err := r.store.Host().ReadDir(dir)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
-		return 0, nil, nil // gone on the host: the parent's plan deletes it
+		res.gone = true
+		return res, nil // gone on the host: the parent's plan deletes it
 	}
 	if err != nil {
-		return 0, nil, err
+		return res, err
+	}
+	// The host's subdirectories' mtimes, from before their own listing:
+	// the populated ones are listed next.
+	hostDirs := make(map[string]int64)
+	for _, h := range host {
+		if h.Stat.Mode&unix.S_IFMT == unix.S_IFDIR {
+			hostDirs[h.Name] = h.Stat.Mtim.Nano()
+		}
+	}
+	addSub := func(name string) {
+		rel := join(dir, name)
+		if r.store.IsPopulated(rel) {
+			res.sub = append(res.sub, dirRef{rel, hostDirs[name]})
+		}
+	}
+	mark, err := r.markOf(dir, host)
+	if err != nil {
+		return res, err
+	}
+	if last, ok := r.inSync[dir]; ok && last == mark {
+		res.unchanged, res.inSync = true, &mark
+		// The store has the host's entries (in sync, and nothing made or
+		// removed since): its subdirectories are the host's.
+		for name := range hostDirs {
+			addSub(name)
+		}
+		return res, nil
 	}
 	entries, err := r.store.Local().ReadDir(dir)
 	if err != nil {
-		return 0, nil, err
+		return res, err
 	}
 	local := make([]Local, len(entries))
 	for i, e := range entries {
 		b, ok := r.store.Base(join(dir, e.Name))
 		local[i] = Local{Name: e.Name, Mode: e.Stat.Mode, Base: b, HasBase: ok}
 	}
-	busy := func(name string) bool { return r.store.Busy(join(dir, name)) }
-	applied := 0
+	skipped := false // an entry left alone: the directory is not in sync
+	busy := func(name string) bool {
+		b := r.store.Busy(join(dir, name))
+		skipped = skipped || b
+		return b
+	}
 	var errs []error
-	for _, a := range Plan(host, local, busy) {
+	actions := Plan(host, local, busy)
+	for _, a := range actions {
 		err := r.apply(dir, a)
 		if errors.Is(err, unix.EBUSY) { // store.ErrBusy, or EBUSY from a syscall on the mount
+			skipped = true
 			continue // the container changed it meanwhile: its version wins until writeback
 		}
 		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOENT) {
 			// The container created or removed the name between the
 			// listing and now: the next scan sees where things stand.
 			r.log.Debug("host change raced with the container; rescanning later", "path", join(dir, a.Name), "err", err)
+			skipped = true
 			continue
 		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		applied++
+		res.applied++
 	}
-	var sub []string
 	for _, e := range entries {
-		rel := join(dir, e.Name)
-		if e.Stat.Mode&unix.S_IFMT == unix.S_IFDIR && r.store.IsPopulated(rel) {
-			sub = append(sub, rel)
+		if e.Stat.Mode&unix.S_IFMT == unix.S_IFDIR {
+			addSub(e.Name)
 		}
 	}
-	return applied, sub, errors.Join(errs...)
+	if len(actions) == 0 && !skipped {
+		// Nothing to bring in. (After applying changes the store's side
+		// has moved: the next look compares once more and finds it in sync.)
+		res.inSync = &mark
+	}
+	return res, errors.Join(errs...)
+}
+
+// markOf sums up how dir looks on both sides (see syncMark).
+func (r *Refresher) markOf(dir string, host []hostpath.Entry) (syncMark, error) {
+	st, err := r.store.Local().Lstat(dir)
+	if err != nil {
+		return syncMark{}, err
+	}
+	h := fnv.New64a()
+	var buf [8 * 3]byte
+	for _, e := range host {
+		h.Write([]byte(e.Name))
+		h.Write([]byte{0}) // names hold no NUL: where one ends is plain
+		binary.LittleEndian.PutUint64(buf[0:], uint64(e.Stat.Mode))
+		binary.LittleEndian.PutUint64(buf[8:], uint64(e.Stat.Size))
+		binary.LittleEndian.PutUint64(buf[16:], uint64(e.Stat.Mtim.Nano()))
+		h.Write(buf[:])
+	}
+	return syncMark{host: h.Sum64(), localIno: st.Ino, localCtime: st.Ctim.Nano()}, nil
 }
 
 // apply brings one host change in. Creation and deletion are syscalls on

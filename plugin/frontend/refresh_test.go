@@ -1,0 +1,260 @@
+package frontend
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/bindstate/bindstate/plugin/consistency"
+	"github.com/bindstate/bindstate/plugin/syncer"
+)
+
+// rules C5 and D6, at the cost of a rescan: a directory found as it was at
+// the last scan, on the host and in the store, is not compared entry by entry
+// again (on a large tree that comparison was most of the plugin's idle CPU),
+// yet every host change is still brought in: an in-place edit that leaves
+// the directory's own mtime alone, a name made in a subdirectory listed after
+// its parent was found unchanged, and changes beside an entry the container
+// holds (which keep the directory from counting as in sync).
+func TestC5_D6_RescanSkipsDirectoriesInSync(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			// The front's own refresher waits an hour: the test scans itself.
+			r := newRescanRig(t, st, "1h", func(h string) {
+				os.MkdirAll(filepath.Join(h, "d"), 0o755)
+				os.MkdirAll(filepath.Join(h, "e"), 0o755)
+				writeFile(t, filepath.Join(h, "d/a"), "v1")
+				writeFile(t, filepath.Join(h, "d/b"), "b1")
+				writeFile(t, filepath.Join(h, "e/x"), "x1")
+			})
+			f := r.front.(*storeFront)
+			ref := syncer.NewRefresher(f.ost.st, f.mnt, f.mount, time.Hour, testLogger(t))
+			scanOnce := func(what string) syncer.ScanStats {
+				t.Helper()
+				s, err := ref.Scan(context.Background())
+				if err != nil {
+					t.Fatalf("%s: scan: %v", what, err)
+				}
+				return s
+			}
+			scan := func(what string, wantDirs, wantUnchanged int) syncer.ScanStats {
+				t.Helper()
+				s := scanOnce(what)
+				if s.Dirs != wantDirs || s.Unchanged != wantUnchanged {
+					t.Fatalf("%s: scanned %d directories, %d unchanged; want %d, %d unchanged", what, s.Dirs, s.Unchanged, wantDirs, wantUnchanged)
+				}
+				return s
+			}
+			edit := func(rel, content string, mtime time.Time) {
+				t.Helper()
+				writeFile(t, r.hostPath(rel), content)
+				if err := os.Chtimes(r.hostPath(rel), mtime, mtime); err != nil {
+					t.Fatal(err)
+				}
+			}
+			later := time.Now().Add(time.Hour)
+
+			listNames(t, r.mntPath("d")) // "" and "d" are populated, "e" not yet
+			scan("first scan", 2, 0)
+			scan("nothing changed", 2, 2)
+
+			// The same size, in place: d's own mtime does not move.
+			edit("d/a", "v2", later)
+			if s := scan("after an in-place edit on the host", 2, 1); s.Applied != 1 {
+				t.Fatalf("in-place edit: %d changes brought in, want 1", s.Applied)
+			}
+			if got := readFile(t, r.mntPath("d/a")); got != "v2" {
+				t.Fatalf("after the scan the container reads %q, want the host's \"v2\"", got)
+			}
+			// Bringing a change in moved the store's side: one more full
+			// comparison finds the directory in sync.
+			scan("after the edit was brought in", 2, 1)
+			scan("settled after the edit", 2, 2)
+
+			// A directory listed after its parent was last compared.
+			listNames(t, r.mntPath("e"))
+			edit("e/x", "x2", later)
+			scan("with e populated", 3, 2)
+			if got := readFile(t, r.mntPath("e/x")); got != "x2" {
+				t.Fatalf("e/x in the container: %q, want the host's \"x2\"", got)
+			}
+			scan("after e's edit was brought in", 3, 2)
+			scan("settled after e's edit", 3, 3)
+
+			// The container's change to a file: d's listing and its store
+			// directory stay as they were.
+			writeFile(t, r.mntPath("d/a"), "c3")
+
+			if st == consistency.Delegated {
+				// Not on the host yet, and left alone by every plan: d
+				// may stay skipped.
+				scan("after the container's change to d/a", 3, 3)
+			} else {
+				// Written through: d's listing on the host moved.
+				scan("after the container's change to d/a", 3, 2)
+			}
+			// The host changes d/b beside it: d is compared in full.
+			edit("d/b", "b2", later.Add(time.Hour))
+			scan("beside the container's change", 3, 2)
+			if got := readFile(t, r.mntPath("d/b")); got != "b2" {
+				t.Fatalf("d/b in the container: %q, want the host's \"b2\"", got)
+			}
+			r.flush(t)
+			if got := readFile(t, r.hostPath("d/a")); got != "c3" {
+				t.Fatalf("the container's d/a on the host: %q", got)
+			}
+			// Writing back moved d's listing (and d's mtime, in the root's
+			// listing): a scan or two compare them, then all is in sync.
+			for i := 0; ; i++ {
+				if s := scanOnce("after the writeback"); s.Unchanged == 3 {
+					break
+				} else if i == 3 {
+					t.Fatalf("4 scans after the writeback: %d of %d directories unchanged, want all", s.Unchanged, s.Dirs)
+				}
+			}
+			if got := readFile(t, r.mntPath("d/a")); got != "c3" {
+				t.Fatalf("the container's own d/a became %q", got)
+			}
+		})
+	}
+}
+
+// rules C5 and D6, between sweeps: a check stats only the watched
+// directories on the host and lists those whose mtime moved, so a name made
+// on the host arrives at the next check. A change within the same tick of
+// the host's clock as the last listing (sftp keeps whole seconds) is not
+// missed (racy mtimes are listed again), a directory with a recent host
+// change is listed at every check (edits come in bursts, and an edit in place
+// leaves the directory's mtime alone), and a directory the container lists
+// after the sweep is watched from the next check on.
+func TestC5_D6_ChecksFindNameChangesBetweenSweeps(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			long := time.Now().Add(-time.Hour)
+			setMtime := func(p string, mtime time.Time) {
+				t.Helper()
+				if err := os.Chtimes(p, mtime, mtime); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := newRescanRig(t, st, "1h", func(h string) {
+				for _, d := range []string{"d", "e", "f", "g"} {
+					os.MkdirAll(filepath.Join(h, d), 0o755)
+				}
+				writeFile(t, filepath.Join(h, "d/a"), "d1")
+				writeFile(t, filepath.Join(h, "e/a"), "e1")
+				writeFile(t, filepath.Join(h, "g/a"), "g1")
+				// An hour old, so not racy; g was changed just now.
+				for _, d := range []string{"d", "e", "f", ""} {
+					setMtime(filepath.Join(h, d), long)
+				}
+			})
+			f := r.front.(*storeFront)
+			ref := syncer.NewRefresher(f.ost.st, f.mnt, f.mount, time.Hour, testLogger(t))
+			check := func(what string, wantChecked, wantDirs int) syncer.ScanStats {
+				t.Helper()
+				s, err := ref.Check(context.Background())
+				if err != nil {
+					t.Fatalf("%s: check: %v", what, err)
+				}
+				if s.Checked != wantChecked || s.Dirs != wantDirs {
+					t.Fatalf("%s: %d directories checked, %d listed; want %d, %d", what, s.Checked, s.Dirs, wantChecked, wantDirs)
+				}
+				return s
+			}
+			sees := func(rel, want string) {
+				t.Helper()
+				if got := readFile(t, r.mntPath(rel)); got != want {
+					t.Fatalf("%s in the container: %q, want the host's %q", rel, got, want)
+				}
+			}
+
+			for _, d := range []string{"d", "e", "g"} {
+				listNames(t, r.mntPath(d))
+			}
+			check("before any sweep", 0, 0)
+			if _, err := ref.Scan(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			// g's mtime is too recent to trust: listed again.
+			check("after the sweep", 4, 1)
+
+			// A change in g in the same tick of the host's clock as the
+			// last listing: g's mtime does not move.
+			hg, err := os.Stat(r.hostPath("g"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, r.hostPath("g/b"), "g2")
+			setMtime(r.hostPath("g"), hg.ModTime())
+			check("after a file made in g in the same tick", 4, 1)
+			sees("g/b", "g2")
+			// g's mtime moves (back an hour): g is listed, and so is its
+			// parent, whose listing holds g's attributes.
+			setMtime(r.hostPath("g"), long)
+			check("after g's mtime moved", 4, 2)
+
+			// A name made on the host moves d's mtime: d and its parent are
+			// listed (and g, which had a host change a moment ago).
+			writeFile(t, r.hostPath("d/new"), "n")
+			check("after a file was made in d", 4, 3)
+			sees("d/new", "n")
+			hd, err := os.Stat(r.hostPath("d"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cd, err := os.Stat(r.mntPath("d")); err != nil || !cd.ModTime().Equal(hd.ModTime()) {
+				t.Fatalf("d's mtime in the container: %v (%v), the host's is %v", cd.ModTime(), err, hd.ModTime())
+			}
+
+			// An edit in place in e, where the host changed nothing
+			// lately: not listed by a check (d, g and the root, which had
+			// host changes, are); it arrives with the sweep.
+			sees("e/a", "e1") // in the store now
+			writeFile(t, r.hostPath("e/a"), "e2")
+			setMtime(r.hostPath("e/a"), long.Add(time.Minute))
+			check("after an edit in place in e", 4, 3)
+			sees("e/a", "e1")
+			if _, err := ref.Scan(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			sees("e/a", "e2")
+			// Now e had a host change too: its next edit in place arrives
+			// at a check.
+			writeFile(t, r.hostPath("e/a"), "e3")
+			setMtime(r.hostPath("e/a"), long.Add(2*time.Minute))
+			check("after a second edit in place in e", 4, 4)
+			sees("e/a", "e3")
+
+			// f, listed by the container after the sweep, is watched from
+			// the next check on. Its mtime is older than the last check,
+			// so nothing changed in it since its listing: it is not
+			// listed again (after a walk of a large tree, that was most
+			// of the refresher's work).
+			listNames(t, r.mntPath("f"))
+			check("after f was listed", 5, 4)
+			writeFile(t, r.hostPath("f/y"), "y")
+			check("after a file was made in f", 5, 5)
+			sees("f/y", "y")
+
+			// h, made on the host and listed by the container, then
+			// changed in the same tick: its mtime is too recent to trust,
+			// so the check that finds it populated lists it.
+			if err := os.Mkdir(r.hostPath("h"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			check("after h was made", 5, 5)
+			listNames(t, r.mntPath("h"))
+			hh, err := os.Stat(r.hostPath("h"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, r.hostPath("h/z"), "z")
+			setMtime(r.hostPath("h"), hh.ModTime())
+			check("after h was listed and changed", 5, 6)
+			sees("h/z", "z")
+		})
+	}
+}
