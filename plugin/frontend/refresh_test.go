@@ -73,6 +73,28 @@ func TestC5_D6_RescanSkipsDirectoriesInSync(t *testing.T) {
 			scan("after the edit was brought in", 2, 1)
 			scan("settled after the edit", 2, 2)
 
+			// A name made on the host: the sweep lists the root (which
+			// gives d the host's new mtime) before d (which makes the
+			// name): d keeps the host's mtime.
+			writeFile(t, r.hostPath("d/n"), "n")
+			if s := scanOnce("after a file was made in d"); s.Applied < 2 {
+				t.Fatalf("after a file was made in d: %+v; want d's new mtime and d/n brought in", s)
+			}
+			sameMtime(t, r, "d")
+			// And removed: the same.
+			if err := os.Remove(r.hostPath("d/n")); err != nil {
+				t.Fatal(err)
+			}
+			if s := scanOnce("after d/n was removed on the host"); s.Applied < 2 {
+				t.Fatalf("after d/n was removed: %+v; want d's new mtime and d/n's removal brought in", s)
+			}
+			sameMtime(t, r, "d")
+			for i := 0; scanOnce("settling after d/n").Unchanged != 2; i++ {
+				if i == 3 {
+					t.Fatal("4 sweeps after d/n, and not all directories in sync")
+				}
+			}
+
 			// A directory listed after its parent was last compared.
 			listNames(t, r.mntPath("e"))
 			edit("e/x", "x2", later)
@@ -201,13 +223,7 @@ func TestC5_D6_ChecksFindNameChangesBetweenSweeps(t *testing.T) {
 			writeFile(t, r.hostPath("d/new"), "n")
 			check("after a file was made in d", 4, 3)
 			sees("d/new", "n")
-			hd, err := os.Stat(r.hostPath("d"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if cd, err := os.Stat(r.mntPath("d")); err != nil || !cd.ModTime().Equal(hd.ModTime()) {
-				t.Fatalf("d's mtime in the container: %v (%v), the host's is %v", cd.ModTime(), err, hd.ModTime())
-			}
+			sameMtime(t, r, "d")
 
 			// An edit in place in e, where the host changed nothing
 			// lately: not listed by a check (d, g and the root, which had
@@ -256,5 +272,17 @@ func TestC5_D6_ChecksFindNameChangesBetweenSweeps(t *testing.T) {
 			check("after h was listed and changed", 5, 6)
 			sees("h/z", "z")
 		})
+	}
+}
+
+// sameMtime fails t unless the container sees rel's mtime as the host has it.
+func sameMtime(t *testing.T, r *rig, rel string) {
+	t.Helper()
+	h, err := os.Stat(r.hostPath(rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := os.Stat(r.mntPath(rel)); err != nil || !c.ModTime().Equal(h.ModTime()) {
+		t.Fatalf("%s's mtime in the container: %v (%v), the host's is %v", rel, c.ModTime(), err, h.ModTime())
 	}
 }

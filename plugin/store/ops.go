@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -156,8 +157,40 @@ func (s *Store) do(r route, rels []string, onHost, local func() error) error {
 		s.markDirty(rels...)
 		return err
 	default:
-		return local()
+		return s.keepingDirMtimes(rels, local)
 	}
+}
+
+// keepingDirMtimes runs a host-origin change (the refresh bringing a host
+// edit in through the mount) and gives the directories holding rels back
+// the mtime they had: making or removing a name in the store sets it to
+// now, and the container must see the host's, which the refresh sets from
+// the parent's listing (before or after this change, in whichever order it
+// lists them). As EnsurePopulated does for the names it makes.
+func (s *Store) keepingDirMtimes(rels []string, local func() error) error {
+	type kept struct {
+		dir   string
+		mtime unix.Timespec
+	}
+	var dirs []kept
+	for _, rel := range rels {
+		dir := dirOf(rel)
+		if slices.ContainsFunc(dirs, func(k kept) bool { return k.dir == dir }) {
+			continue
+		}
+		if st, err := s.local.Lstat(dir); err == nil {
+			dirs = append(dirs, kept{dir, st.Mtim})
+		}
+	}
+	err := local()
+	for _, k := range dirs {
+		if st, serr := s.local.Lstat(k.dir); serr == nil && st.Mtim != k.mtime {
+			if uerr := s.local.Utimes(k.dir, nil, &k.mtime); uerr != nil {
+				s.log.Debug("keep directory mtime", "path", k.dir, "err", uerr)
+			}
+		}
+	}
+	return err
 }
 
 // rebase records the host's current attributes as rel's base after a
@@ -309,7 +342,7 @@ func (s *Store) adoptFromHost(rel string) error {
 	if err != nil {
 		return err
 	}
-	return s.adopt(rel, &st)
+	return s.keepingDirMtimes([]string{rel}, func() error { return s.adopt(rel, &st) })
 }
 
 // Link creates newRel as a hard link to oldRel. Hard links are kept on the

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"hash/fnv"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -106,7 +105,8 @@ func NewRefresher(st *store.Store, mnt *hostpath.Root, inval Invalidator, every 
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Refresher{store: st, mnt: mnt, inval: inval, every: every, log: log}
+	return &Refresher{store: st, mnt: mnt, inval: inval, every: every, log: log,
+		inSync: make(map[string]syncMark), hot: make(map[string]time.Time)}
 }
 
 // checkDutyCycle and sweepDutyCycle bound the share of time the refresher
@@ -188,9 +188,6 @@ func (r *Refresher) Scan(ctx context.Context) (ScanStats, error) {
 	root, err := r.store.Host().Lstat("")
 	if err != nil {
 		return stats, err
-	}
-	if r.inSync == nil {
-		r.inSync = make(map[string]syncMark)
 	}
 	// What this sweep finds is what is watched: a directory gone, or not
 	// populated any more, is forgotten.
@@ -278,10 +275,6 @@ func (r *Refresher) Check(ctx context.Context) (ScanStats, error) {
 			queue = append(queue, dirRef{dir, mtime})
 		}
 	}
-	// Parents last (the queue is taken from its end): bringing a name in
-	// through the mount sets the store directory's mtime to now, and the
-	// parent's listing then gives it the host's.
-	slices.SortFunc(queue, func(a, b dirRef) int { return depth(a.rel) - depth(b.rel) })
 	errs = append(errs, r.list(ctx, queue, &stats))
 	return stats, errors.Join(errs...)
 }
@@ -291,6 +284,12 @@ func (r *Refresher) Check(ctx context.Context) (ScanStats, error) {
 // sweep), and records what it saw. r.mu held.
 func (r *Refresher) list(ctx context.Context, queue []dirRef, stats *ScanStats) error {
 	var errs []error
+	// A directory found both ways (populated since the last look, and
+	// beneath one listed now) is listed once.
+	queued := make(map[string]bool, len(queue))
+	for _, d := range queue {
+		queued[d.rel] = true
+	}
 	for len(queue) > 0 && ctx.Err() == nil {
 		d := queue[len(queue)-1]
 		queue = queue[:len(queue)-1]
@@ -307,9 +306,6 @@ func (r *Refresher) list(ctx context.Context, queue []dirRef, stats *ScanStats) 
 		}
 		w := watchOf(d.mtime)
 		if res.applied > 0 {
-			if r.hot == nil {
-				r.hot = make(map[string]time.Time)
-			}
 			r.hot[d.rel] = time.Now().Add(hotFor)
 		}
 		if err != nil {
@@ -322,7 +318,8 @@ func (r *Refresher) list(ctx context.Context, queue []dirRef, stats *ScanStats) 
 			r.watched[d.rel] = w
 		}
 		for _, sub := range res.sub {
-			if _, ok := r.watched[sub.rel]; !ok {
+			if _, ok := r.watched[sub.rel]; !ok && !queued[sub.rel] {
+				queued[sub.rel] = true
 				queue = append(queue, sub)
 			}
 		}
@@ -337,14 +334,6 @@ func parentOf(rel string) string {
 		return rel[:i]
 	}
 	return ""
-}
-
-// depth is how many names rel has (0 for the root).
-func depth(rel string) int {
-	if rel == "" {
-		return 0
-	}
-	return 1 + strings.Count(rel, "/")
 }
 
 func join(dir, name string) string {
