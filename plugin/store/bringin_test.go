@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,5 +113,36 @@ func TestC2_PopulatingKeepsTheHostsDirectoryMtime(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The log of populated directories the host refresh reads (PopulatedSince)
+// is bounded, and a reader that fell behind what it keeps is told so (it
+// then looks at every directory): a tree the host keeps remaking would make
+// it grow without end.
+func TestPopulatedLogIsBoundedAndSaysWhatItLost(t *testing.T) {
+	dirs := []string{"a", "b", "c", "d"}
+	s := openTestStore(t, consistency.Cached, func(h string) {
+		for _, d := range dirs {
+			os.Mkdir(filepath.Join(h, d), 0o755)
+		}
+	})
+	s.populatedMax = 3
+	for _, d := range append([]string{""}, dirs...) {
+		if err := s.EnsurePopulated(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, next, complete := s.PopulatedSince(3); !complete || next != 5 || strings.Join(got, " ") != "c d" {
+		t.Errorf("since the 3rd: %q, next %d, complete %v; want \"c d\", 5, true", got, next, complete)
+	}
+	if got, next, complete := s.PopulatedSince(0); complete || next != 5 || len(got) > 3 {
+		t.Errorf("since the start, with at most 3 kept: %q, next %d, complete %v; want at most 3, 5, false", got, next, complete)
+	}
+	if got, next, complete := s.PopulatedSince(5); !complete || next != 5 || len(got) != 0 {
+		t.Errorf("since the last: %q, next %d, complete %v; want none, 5, true", got, next, complete)
+	}
+	if len(s.populated) > s.populatedMax {
+		t.Errorf("the log keeps %d directories, more than its bound %d", len(s.populated), s.populatedMax)
 	}
 }

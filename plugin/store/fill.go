@@ -98,21 +98,34 @@ func (s *Store) EnsurePopulated(dir string) error {
 	}
 	s.populatedMu.Lock()
 	s.populated = append(s.populated, dir)
+	if len(s.populated) > s.populatedMax {
+		// Forget the older half: a directory populated again after
+		// being removed is logged again, so the log would grow without
+		// end on a tree the host keeps remaking.
+		half := len(s.populated) / 2
+		s.populated = slices.Clone(s.populated[half:])
+		s.populatedFirst += half
+	}
 	s.populatedMu.Unlock()
 	return nil
 }
 
-// PopulatedSince returns the directories populated since the store was
-// opened, from the n-th on, and the n to ask with next time: the host
-// refresh watches each from the check after its populate. (One string per
-// populated directory: the refresh keeps as much for each anyway.)
-func (s *Store) PopulatedSince(n int) ([]string, int) {
+// populatedLogMax bounds the log of populated directories (PopulatedSince).
+const populatedLogMax = 1 << 16
+
+// PopulatedSince returns the directories populated since the n-th (counting
+// from 0 when the store was opened), and the n to ask with next time: the
+// host refresh watches each from the check after its populate. complete is
+// false if the log no longer holds some of them (a reader that fell far
+// behind): that reader must look at every directory instead. The slice is
+// the log's own and must not be changed; the log only appends past it.
+func (s *Store) PopulatedSince(n int) (dirs []string, next int, complete bool) {
 	s.populatedMu.Lock()
 	defer s.populatedMu.Unlock()
-	if n > len(s.populated) {
-		n = len(s.populated)
-	}
-	return slices.Clone(s.populated[n:]), len(s.populated)
+	next = s.populatedFirst + len(s.populated)
+	complete = n >= s.populatedFirst
+	i := min(max(n-s.populatedFirst, 0), len(s.populated))
+	return s.populated[i:len(s.populated):len(s.populated)], next, complete
 }
 
 // adoptIn creates the entry name of the open store directory d as a copy of

@@ -98,8 +98,13 @@ type Store struct {
 
 	conflicts atomic.Int64 // host copies kept aside (D7)
 
-	populatedMu sync.Mutex
-	populated   []string // directories populated since the store was opened, in order
+	// populated is the log of directories populated, in order (see
+	// PopulatedSince): the most recent ones, at most populatedMax of them,
+	// the first being the populatedFirst-th since the store was opened.
+	populatedMu    sync.Mutex
+	populated      []string
+	populatedFirst int
+	populatedMax   int
 
 	// tombs are the bases of host paths whose store entry was removed or
 	// renamed away and whose writeback has not happened yet (delegated), and
@@ -138,7 +143,7 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open tree: %w", err)
 	}
-	s := &Store{host: cfg.Host, local: local, state: cfg.State, log: cfg.Log}
+	s := &Store{host: cfg.Host, local: local, state: cfg.State, log: cfg.Log, populatedMax: populatedLogMax}
 	// The store keeps its bookkeeping in user xattrs: refuse a disk that
 	// cannot hold them instead of misbehaving later.
 	if err := local.Setxattr("", XattrPrefix+"probe", []byte("1"), 0); err != nil {

@@ -2,9 +2,7 @@ package syncer
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
-	"hash/fnv"
 	"log/slog"
 	"strings"
 	"sync"
@@ -181,24 +179,29 @@ func (r *Refresher) Scan(ctx context.Context) (ScanStats, error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return stats, r.sweep(ctx, &stats)
+}
+
+// sweep is Scan, r.mu held.
+func (r *Refresher) sweep(ctx context.Context, stats *ScanStats) error {
 	// Read first: a directory populated during the sweep is then looked
 	// for by the next check.
-	_, r.populated = r.store.PopulatedSince(r.populated)
+	_, r.populated, _ = r.store.PopulatedSince(r.populated)
 	r.populatedAt = time.Now()
 	root, err := r.store.Host().Lstat("")
 	if err != nil {
-		return stats, err
+		return err
 	}
 	// What this sweep finds is what is watched: a directory gone, or not
 	// populated any more, is forgotten.
 	r.watched = make(map[string]dirWatch, len(r.watched))
-	err = r.list(ctx, []dirRef{{"", root.Mtim.Nano()}}, &stats)
+	err = r.list(ctx, []dirRef{{"", root.Mtim.Nano()}}, stats)
 	for dir := range r.inSync {
 		if _, ok := r.watched[dir]; !ok {
 			delete(r.inSync, dir)
 		}
 	}
-	return stats, err
+	return err
 }
 
 // Check stats every watched directory on the host, and lists those whose
@@ -213,14 +216,60 @@ func (r *Refresher) Check(ctx context.Context) (ScanStats, error) {
 	}
 	var queue []dirRef
 	var errs []error
-	// Directories populated since the last look. One whose host mtime is
-	// older than that look (and not racy) has not changed since it was
-	// listed into the store: it is only watched from now on. (After a
-	// container walks a large tree, listing each again was most of the
-	// refresher's work.)
-	populated, next := r.store.PopulatedSince(r.populated)
+	populated, next, complete := r.store.PopulatedSince(r.populated)
+	readAt := time.Now()
+	if !complete {
+		// More directories were populated since the last look than the
+		// store's log keeps: which ones is not known, so look at all.
+		return stats, r.sweep(ctx, &stats)
+	}
+	now := time.Now()
+	mtimes := make(map[string]int64, len(r.watched))
+	toList := make(map[string]bool)
+	for dir, w := range r.watched {
+		if ctx.Err() != nil {
+			break
+		}
+		st, err := r.store.Host().Lstat(dir)
+		stats.Checked++
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || (err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR) {
+			// Gone on the host: its parent's mtime moved, and the
+			// parent's plan removes it from the store.
+			delete(r.watched, dir)
+			delete(r.inSync, dir)
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		mtimes[dir] = st.Mtim.Nano()
+		switch {
+		case st.Mtim.Nano() != w.mtime:
+			// The directory's own attributes (its new mtime) are in
+			// its parent's listing.
+			toList[dir], toList[parentOf(dir)] = true, true
+		case w.racy || now.Before(r.hot[dir]):
+			toList[dir] = true
+		}
+	}
+	for dir, until := range r.hot {
+		if !now.Before(until) {
+			delete(r.hot, dir)
+		}
+	}
+	for dir := range toList {
+		if mtime, ok := mtimes[dir]; ok {
+			queue = append(queue, dirRef{dir, mtime})
+		}
+	}
+	// Directories populated since the last look (after the loop above,
+	// which need not stat them again). One whose host mtime is older than
+	// that look (and not racy) has not changed since it was listed into
+	// the store: it is only watched from now on. (After a container walks a
+	// large tree, listing each again was most of the refresher's work.)
 	before := r.populatedAt
-	r.populated, r.populatedAt = next, time.Now()
+	r.populated, r.populatedAt = next, readAt
 	for _, rel := range populated {
 		if _, ok := r.watched[rel]; ok || !r.store.IsPopulated(rel) {
 			continue
@@ -234,46 +283,6 @@ func (r *Refresher) Check(ctx context.Context) (ScanStats, error) {
 			continue
 		}
 		queue = append(queue, dirRef{rel, st.Mtim.Nano()})
-	}
-	now := time.Now()
-	mtimes := make(map[string]int64, len(r.watched))
-	toList := make(map[string]bool)
-	for dir, w := range r.watched {
-		if ctx.Err() != nil {
-			break
-		}
-		st, err := r.store.Host().Lstat(dir)
-		stats.Checked++
-		switch {
-		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || (err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR):
-			// Gone on the host: its parent's mtime moved, and the
-			// parent's plan removes it from the store.
-			delete(r.watched, dir)
-			delete(r.inSync, dir)
-		case err != nil:
-			errs = append(errs, err)
-		case st.Mtim.Nano() != w.mtime:
-			mtimes[dir] = st.Mtim.Nano()
-			toList[dir] = true
-			// The directory's own attributes (its new mtime) are in
-			// its parent's listing.
-			toList[parentOf(dir)] = true
-		case w.racy || now.Before(r.hot[dir]):
-			mtimes[dir] = st.Mtim.Nano()
-			toList[dir] = true
-		default:
-			mtimes[dir] = st.Mtim.Nano()
-		}
-	}
-	for dir, until := range r.hot {
-		if !now.Before(until) {
-			delete(r.hot, dir)
-		}
-	}
-	for dir := range toList {
-		if mtime, ok := mtimes[dir]; ok {
-			queue = append(queue, dirRef{dir, mtime})
-		}
 	}
 	errs = append(errs, r.list(ctx, queue, &stats))
 	return stats, errors.Join(errs...)
@@ -445,17 +454,15 @@ func (r *Refresher) markOf(dir string, host []hostpath.Entry) (syncMark, error) 
 	if err != nil {
 		return syncMark{}, err
 	}
-	h := fnv.New64a()
-	var buf [8 * 3]byte
+	h := uint64(fnvOffset)
 	for _, e := range host {
-		h.Write([]byte(e.Name))
-		h.Write([]byte{0}) // names hold no NUL: where one ends is plain
-		binary.LittleEndian.PutUint64(buf[0:], uint64(e.Stat.Mode))
-		binary.LittleEndian.PutUint64(buf[8:], uint64(e.Stat.Size))
-		binary.LittleEndian.PutUint64(buf[16:], uint64(e.Stat.Mtim.Nano()))
-		h.Write(buf[:])
+		h = fnvString(h, e.Name)
+		h = fnvString(h, "\x00") // names hold no NUL: where one ends is plain
+		h = fnvUint64(h, uint64(e.Stat.Mode))
+		h = fnvUint64(h, uint64(e.Stat.Size))
+		h = fnvUint64(h, uint64(e.Stat.Mtim.Nano()))
 	}
-	return syncMark{host: h.Sum64(), localIno: st.Ino, localCtime: st.Ctim.Nano()}, nil
+	return syncMark{host: h, localIno: st.Ino, localCtime: st.Ctim.Nano()}, nil
 }
 
 // apply brings one host change in. Creation and deletion are syscalls on
@@ -513,4 +520,27 @@ func (r *Refresher) create(rel string, st *unix.Stat_t) error {
 	default:
 		return r.mnt.Mknod(rel, st.Mode, st.Rdev)
 	}
+}
+
+// FNV-1a over a listing, written out: hash/fnv takes []byte through an
+// interface, which costs an allocation per name on the sweep's path (100k
+// names for a large tree).
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func fnvString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * fnvPrime
+	}
+	return h
+}
+
+func fnvUint64(h, v uint64) uint64 {
+	for i := 0; i < 8; i++ {
+		h = (h ^ (v & 0xff)) * fnvPrime
+		v >>= 8
+	}
+	return h
 }
