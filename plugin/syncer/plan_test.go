@@ -114,3 +114,18 @@ func TestC5_RescanIntervalBacksOffForSlowScans(t *testing.T) {
 		}
 	}
 }
+
+// A sweep made while the container was still walking a tree saw a few of
+// its directories: the next is spaced by what it will cost for all of them
+// now watched, not by what the small one took (no full sweep right after
+// the walk, C5 as above).
+func TestC5_SweepsAreSpacedByWhatTheNextWillCost(t *testing.T) {
+	if got := sweepCost(100*time.Millisecond, 10, 1000); got != 10*time.Second {
+		t.Errorf("100 ms over 10 directories, 1,000 watched now: cost %v, want 10s", got)
+	}
+	for _, c := range []struct{ swept, watched int }{{1000, 1000}, {1000, 10}, {0, 1000}} {
+		if got := sweepCost(time.Second, c.swept, c.watched); got != time.Second {
+			t.Errorf("1 s over %d directories, %d watched now: cost %v, want the last sweep's 1s", c.swept, c.watched, got)
+		}
+	}
+}

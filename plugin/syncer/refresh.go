@@ -124,7 +124,11 @@ const (
 func (r *Refresher) Run(ctx context.Context) {
 	t := time.NewTimer(r.every)
 	defer t.Stop()
-	var sweepAt time.Time // the first look is a sweep
+	var last struct { // the last sweep
+		start time.Time // zero: the first look is a sweep
+		took  time.Duration
+		dirs  int
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -135,12 +139,13 @@ func (r *Refresher) Run(ctx context.Context) {
 		kind := "sweep"
 		var stats ScanStats
 		var err error
-		if start.Before(sweepAt) {
+		cost := sweepCost(last.took, last.dirs, r.watchedCount())
+		if !last.start.IsZero() && start.Before(last.start.Add(nextLook(r.every, cost, sweepDutyCycle))) {
 			kind = "check"
 			stats, err = r.Check(ctx)
 		} else {
 			stats, err = r.Scan(ctx)
-			sweepAt = start.Add(nextLook(r.every, time.Since(start), sweepDutyCycle))
+			last.start, last.took, last.dirs = start, time.Since(start), stats.Dirs
 		}
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("host refresh failed", "kind", kind, "err", err)
@@ -149,6 +154,25 @@ func (r *Refresher) Run(ctx context.Context) {
 			"dirs", stats.Dirs, "unchanged", stats.Unchanged, "changes", stats.Applied)
 		t.Reset(nextLook(r.every, time.Since(start), checkDutyCycle))
 	}
+}
+
+// sweepCost estimates the next sweep's length from the last one, which took
+// took over swept directories, when watched are watched now: a sweep made
+// while the container was still walking a tree saw a few of the directories
+// the next one will list, and spacing sweeps by its length alone put the
+// next full one right after the walk.
+func sweepCost(took time.Duration, swept, watched int) time.Duration {
+	if swept > 0 && watched > swept {
+		return took * time.Duration(watched) / time.Duration(swept)
+	}
+	return took
+}
+
+// watchedCount is how many directories checks stat.
+func (r *Refresher) watchedCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.watched)
 }
 
 // nextLook is the wait before the next look, after one that took took.
