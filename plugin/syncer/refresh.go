@@ -26,7 +26,8 @@ type Invalidator interface {
 //     by entry; it finds every change, and on a large tree it is slow (a host
 //     stat per entry: about 1 s of CPU per 100k entries on sshfs);
 //   - between sweeps, a check (Check) stats only the populated directories on
-//     the host, and sweeps those whose mtime moved, and those populated since.
+//     the host, and lists those whose mtime moved (with their parents), and
+//     those populated since.
 //     A name made, removed or renamed on the host, which is also how most
 //     editors save (write a new file, rename it over the old), moves the
 //     directory's mtime; an edit in place does not, and waits for the sweep,
@@ -113,7 +114,8 @@ func NewRefresher(st *store.Store, mnt *hostpath.Root, inval Invalidator, every 
 // looked at less often, instead of keeping the plugin and the share busy all
 // the time (a polling storm). Sweeps are the costly kind: on a 100k-entry
 // tree on sshfs one takes ~3 s (~1 s of CPU), so it runs about every 80 s,
-// while checks (~1,000 directory stats, 15 ms) run every interval.
+// while checks (~1,000 directory stats, 15 ms) run every interval. A
+// sweep's length is estimated for the directories watched now (sweepCost).
 const (
 	checkDutyCycle = 10
 	sweepDutyCycle = 30
