@@ -62,7 +62,7 @@ func (s *Store) put(ctx context.Context, rel string) error {
 	if herr != nil && !errors.Is(herr, unix.ENOENT) {
 		return fmt.Errorf("writeback %q: %w", rel, herr)
 	}
-	if exists && hst.Mode&unix.S_IFMT == unix.S_IFREG && hst.Nlink > 1 {
+	if exists && hst.Mode&unix.S_IFMT == unix.S_IFREG && (hst.Nlink > 1 || isLinked(&st)) {
 		// Another name of this host file may be written back right now
 		// (in place, see putFile): one at a time, and look again.
 		s.linksMu.Lock()
@@ -277,11 +277,15 @@ func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat
 		return nil, err
 	}
 	defer src.Close()
-	if exists && isLinked(hst) && isLinked(st) {
+	if exists && hst.Mode&unix.S_IFMT == unix.S_IFREG && isLinked(st) {
 		// The same file under several names on both sides (Link keeps them
-		// in step): rewrite it in place so every host name has it. A host
-		// file linked where the store's is not (linked on the host) is
-		// replaced below, as the container sees it: one file per name.
+		// in step): rewrite it in place so every host name has it. The
+		// store's link count decides, not the host's: a share may show
+		// attributes from before the link (sshfs shows each name as its own
+		// inode, and the kernel caches its attributes), and replacing a
+		// linked file would cut it from its other names. A host file linked
+		// where the store's is not (linked on the host) is replaced below,
+		// as the container sees it: one file per name.
 		dst, err := s.host.OpenFile(rel, unix.O_WRONLY|unix.O_TRUNC, 0)
 		if err != nil {
 			return nil, err
