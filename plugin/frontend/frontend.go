@@ -157,7 +157,9 @@ func rescanEvery(spec driver.FrontSpec) time.Duration {
 
 func (o *Opener) mount(spec driver.FrontSpec, ost *openStore, log *slog.Logger) (*storeFront, error) {
 	mp := o.mountpoint(spec.Key)
-	m, err := fsys.New(ost.st, mp, fsys.Options{Name: "bindstate:" + spec.Source, Log: log, Debug: o.cfg.FuseDebug})
+	inUse := syncer.NewInUse(0)
+	m, err := fsys.New(ost.st, mp, fsys.Options{Name: "bindstate:" + spec.Source, Log: log, Debug: o.cfg.FuseDebug,
+		Opened: inUse.Opened})
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +168,7 @@ func (o *Opener) mount(spec driver.FrontSpec, ost *openStore, log *slog.Logger) 
 		m.Unmount()
 		return nil, err
 	}
-	f := &storeFront{o: o, key: spec.Key, source: spec.Source, ost: ost, mount: m, mnt: mnt,
+	f := &storeFront{o: o, key: spec.Key, source: spec.Source, ost: ost, mount: m, mnt: mnt, inUse: inUse,
 		rescan: rescanEvery(spec), log: log}
 	f.startRefresh(f.rescan)
 	log.Info("serving from the local store", "mountpoint", mp)
@@ -254,6 +256,7 @@ type storeFront struct {
 	ost         *openStore
 	mount       *fsys.Mount
 	mnt         *hostpath.Root
+	inUse       *syncer.InUse // files the container opened lately (the refresher stats them)
 	rescan      time.Duration // the volume's rescan interval
 	log         *slog.Logger
 	closeOnce   sync.Once
@@ -271,7 +274,7 @@ func (f *storeFront) Flush(ctx context.Context) error { return f.ost.st.Flush(ct
 // the front not shared yet.
 func (f *storeFront) startRefresh(every time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := syncer.NewRefresher(f.ost.st, f.mnt, f.mount, every, f.log)
+	r := syncer.NewRefresher(f.ost.st, f.mnt, f.mount, f.inUse, every, f.log)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

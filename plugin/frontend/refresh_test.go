@@ -30,7 +30,7 @@ func TestC5_D6_RescanSkipsDirectoriesInSync(t *testing.T) {
 				writeFile(t, filepath.Join(h, "e/x"), "x1")
 			})
 			f := r.front.(*storeFront)
-			ref := syncer.NewRefresher(f.ost.st, f.mnt, f.mount, time.Hour, testLogger(t))
+			ref := syncer.NewRefresher(f.ost.st, f.mnt, f.mount, nil, time.Hour, testLogger(t))
 			scanOnce := func(what string) syncer.ScanStats {
 				t.Helper()
 				s, err := ref.Scan(context.Background())
@@ -171,7 +171,7 @@ func TestC5_D6_ChecksFindNameChangesBetweenSweeps(t *testing.T) {
 				}
 			})
 			f := r.front.(*storeFront)
-			ref := syncer.NewRefresher(f.ost.st, f.mnt, f.mount, time.Hour, testLogger(t))
+			ref := syncer.NewRefresher(f.ost.st, f.mnt, f.mount, nil, time.Hour, testLogger(t))
 			check := func(what string, wantChecked, wantDirs int) syncer.ScanStats {
 				t.Helper()
 				s, err := ref.Check(context.Background())
@@ -272,6 +272,80 @@ func TestC5_D6_ChecksFindNameChangesBetweenSweeps(t *testing.T) {
 			inSameTick("h/z", "z")
 			check("after h was listed and changed", 5, 6)
 			sees("h/z", "z")
+		})
+	}
+}
+
+// rules C5 and D6, for the files a container works with: an edit in place
+// on the host (how VS Code saves) moves no directory's mtime, so checks of
+// directories miss it until the next sweep, a minute or more away on a large
+// tree. Checks also stat the files the container opened lately, so an edit
+// to one arrives at the next check.
+func TestC5_D6_ChecksFindEditsInPlaceToFilesInUse(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			long := time.Now().Add(-time.Hour)
+			r := newRescanRig(t, st, "1h", func(h string) {
+				for _, d := range []string{"d", "e"} {
+					os.MkdirAll(filepath.Join(h, d), 0o755)
+					writeFile(t, filepath.Join(h, d, "a"), d+"1")
+				}
+				for _, p := range []string{"d/a", "e/a", "d", "e", ""} { // not racy
+					os.Chtimes(filepath.Join(h, p), long, long)
+				}
+			})
+			f := r.front.(*storeFront)
+			ref := syncer.NewRefresher(f.ost.st, f.mnt, f.mount, f.inUse, time.Hour, testLogger(t))
+			check := func(what string, wantFiles, wantDirs int) {
+				t.Helper()
+				s, err := ref.Check(context.Background())
+				if err != nil {
+					t.Fatalf("%s: check: %v", what, err)
+				}
+				if s.Files != wantFiles || s.Dirs != wantDirs {
+					t.Fatalf("%s: %d files in use stat'ed, %d directories listed; want %d, %d", what, s.Files, s.Dirs, wantFiles, wantDirs)
+				}
+			}
+			// editInPlace writes over rel on the host: its directory's
+			// mtime stays, the file's moves (to a time not racy).
+			editInPlace := func(rel, content string, minutes int) {
+				t.Helper()
+				writeFile(t, r.hostPath(rel), content)
+				at := long.Add(time.Duration(minutes) * time.Minute)
+				if err := os.Chtimes(r.hostPath(rel), at, at); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sees := func(rel, want string) {
+				t.Helper()
+				if got := readFile(t, r.mntPath(rel)); got != want {
+					t.Fatalf("%s in the container: %q, want %q", rel, got, want)
+				}
+			}
+
+			sees("d/a", "d1") // opened: in use
+			listNames(t, r.mntPath("e"))
+			if _, err := ref.Scan(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			// Only d/a is stat'ed: e/a was never opened (its content is
+			// not in the store yet; its first open reads the host's).
+			check("after the sweep", 1, 0)
+
+			editInPlace("d/a", "d2", 1)
+			check("after an edit in place to d/a", 1, 1)
+			sees("d/a", "d2")
+
+			sees("e/a", "e1") // opened: in use from now on
+			editInPlace("e/a", "e2", 1)
+			// d had a host change a moment ago: it is listed at every
+			// check for a while, so d/a is not stat'ed on its own.
+			check("after an edit in place to e/a", 1, 2)
+			sees("e/a", "e2")
+
+			editInPlace("e/a", "e3", 2)
+			check("after a second edit in place to e/a", 0, 2)
+			sees("e/a", "e3")
 		})
 	}
 }

@@ -36,7 +36,12 @@ type Options struct {
 	// delegated file then goes through the plugin (slower; for kernels or
 	// setups where passthrough misbehaves).
 	NoPassthrough bool
-	Log           *slog.Logger
+	// Opened, if set, is told of each file a container opens (not the
+	// syncer's own opens), by its path in the mount: the host refresh
+	// watches those files more closely (syncer.InUse). It is called on
+	// the path of every open, so it must be quick.
+	Opened func(rel string)
+	Log    *slog.Logger
 }
 
 // Mount serves st at mountpoint (created if missing) until Unmount.
@@ -62,7 +67,7 @@ func New(st *store.Store, mountpoint string, o Options) (*Mount, error) {
 		return nil, err
 	}
 	fsys := &filesystem{store: st, log: o.Log, passthrough: !o.NoPassthrough, attrTimeout: o.AttrTimeout,
-		restat: newRestater(mountpoint)}
+		restat: newRestater(mountpoint), opened: o.Opened}
 	root := &node{fs: fsys}
 	timeout := o.AttrTimeout
 	opts := &fs.Options{
@@ -166,15 +171,22 @@ type filesystem struct {
 	passthrough bool
 	attrTimeout time.Duration // Options.AttrTimeout
 	restat      *restater
+	opened      func(rel string) // Options.Opened; nil: not told
 }
 
 // origin marks requests made by the syncer's own threads as host-origin
 // (see store.Threads), so they change the store only.
 func (f *filesystem) origin(ctx context.Context) context.Context {
-	if c, ok := fuse.FromContext(ctx); ok && c.Pid != 0 && f.store.Threads().Has(c.Pid) {
+	if f.fromSyncer(ctx) {
 		return store.HostOrigin(ctx)
 	}
 	return ctx
+}
+
+// fromSyncer reports a request made by one of the syncer's own threads.
+func (f *filesystem) fromSyncer(ctx context.Context) bool {
+	c, ok := fuse.FromContext(ctx)
+	return ok && c.Pid != 0 && f.store.Threads().Has(c.Pid)
 }
 
 func caller(ctx context.Context) store.Owner {

@@ -317,14 +317,21 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	n.fs.store.CountOp("open")
 	rel := n.path()
-	f, err := n.fs.store.Open(n.fs.origin(ctx), rel, int(flags), n.rel)
+	octx, bySyncer := ctx, n.fs.fromSyncer(ctx)
+	if bySyncer {
+		octx = store.HostOrigin(ctx)
+	}
+	f, err := n.fs.store.Open(octx, rel, int(flags), n.rel)
 	if err != nil {
 		return nil, 0, n.fs.errno(err, "open", rel)
 	}
-	h, err := n.fs.newHandle(n.fs.origin(ctx), n, f, int(flags))
+	h, err := n.fs.newHandle(octx, n, f, int(flags))
 	if err != nil {
 		f.Release()
 		return nil, 0, n.fs.errno(err, "open", rel)
+	}
+	if n.fs.opened != nil && rel != orphanPath && !bySyncer {
+		n.fs.opened(rel)
 	}
 	return h, openFlags(f), 0
 }

@@ -31,7 +31,9 @@ type Invalidator interface {
 //     A name made, removed or renamed on the host, which is also how most
 //     editors save (write a new file, rename it over the old), moves the
 //     directory's mtime; an edit in place does not, and waits for the sweep,
-//     unless the directory had a host change in the last minute (hotFor).
+//     unless the directory had a host change in the last minute (hotFor), or
+//     the container opened the file lately (InUse: each such file is
+//     stat'ed too).
 //
 // Only populated directories are looked at, so a large tree the container
 // never looked into costs nothing.
@@ -39,6 +41,7 @@ type Refresher struct {
 	store *store.Store
 	mnt   *hostpath.Root // the FUSE mount, where changes are applied
 	inval Invalidator
+	inUse *InUse // nil: no files are stat'ed by checks
 	every time.Duration
 	log   *slog.Logger
 
@@ -59,6 +62,20 @@ type Refresher struct {
 	// hot are the directories listed at every check until the time given
 	// (see hotFor); sweeps leave them be.
 	hot map[string]time.Time
+	// inUseSeen holds, for each file in use whose host attributes matched
+	// its base at the last check, those attributes: while the host's stay
+	// the same, the base (an xattr read and a parse) is not read again.
+	inUseSeen map[string]hostAttrs
+}
+
+// hostAttrs is what Base.Matches compares of a host file.
+type hostAttrs struct {
+	mode        uint32
+	size, mtime int64
+}
+
+func attrsOf(st *unix.Stat_t) hostAttrs {
+	return hostAttrs{mode: st.Mode, size: st.Size, mtime: st.Mtim.Nano()}
 }
 
 // syncMark is how a directory looked on both sides when it was last in sync.
@@ -99,13 +116,13 @@ func watchOf(mtime int64) dirWatch {
 }
 
 // NewRefresher applies host changes to st through the mount opened as mnt,
-// looking every interval.
-func NewRefresher(st *store.Store, mnt *hostpath.Root, inval Invalidator, every time.Duration, log *slog.Logger) *Refresher {
+// looking every interval; checks also stat the files in inUse (may be nil).
+func NewRefresher(st *store.Store, mnt *hostpath.Root, inval Invalidator, inUse *InUse, every time.Duration, log *slog.Logger) *Refresher {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Refresher{store: st, mnt: mnt, inval: inval, every: every, log: log,
-		inSync: make(map[string]syncMark), hot: make(map[string]time.Time)}
+	return &Refresher{store: st, mnt: mnt, inval: inval, inUse: inUse, every: every, log: log,
+		inSync: make(map[string]syncMark), hot: make(map[string]time.Time), inUseSeen: make(map[string]hostAttrs)}
 }
 
 // checkDutyCycle and sweepDutyCycle bound the share of time the refresher
@@ -153,7 +170,7 @@ func (r *Refresher) Run(ctx context.Context) {
 			r.log.Warn("host refresh failed", "kind", kind, "err", err)
 		}
 		r.log.Debug("host refresh", "kind", kind, "took", time.Since(start), "checked", stats.Checked,
-			"dirs", stats.Dirs, "unchanged", stats.Unchanged, "changes", stats.Applied)
+			"files", stats.Files, "dirs", stats.Dirs, "unchanged", stats.Unchanged, "changes", stats.Applied)
 		t.Reset(nextLook(r.every, time.Since(start), checkDutyCycle))
 	}
 }
@@ -185,6 +202,7 @@ func nextLook(every, took time.Duration, dutyCycle int64) time.Duration {
 // ScanStats says what one Scan or Check did.
 type ScanStats struct {
 	Checked   int // directories whose mtime was compared (Check)
+	Files     int // files in use whose attributes were compared (Check)
 	Dirs      int // directories listed on the host and compared
 	Unchanged int // of those, found as at the last look: not compared entry by entry
 	Applied   int // host changes brought in
@@ -231,8 +249,9 @@ func (r *Refresher) sweep(ctx context.Context, stats *ScanStats) error {
 }
 
 // Check stats every watched directory on the host, and lists those whose
-// mtime moved, those populated since they were last looked at, and the
-// populated subdirectories found in them.
+// mtime moved, those holding a file in use that changed, those populated
+// since they were last looked at, and the populated subdirectories found in
+// them.
 func (r *Refresher) Check(ctx context.Context) (ScanStats, error) {
 	var stats ScanStats
 	r.mu.Lock()
@@ -284,6 +303,7 @@ func (r *Refresher) Check(ctx context.Context) (ScanStats, error) {
 			delete(r.hot, dir)
 		}
 	}
+	r.checkInUse(ctx, now, mtimes, toList, &stats)
 	for dir := range toList {
 		if mtime, ok := mtimes[dir]; ok {
 			queue = append(queue, dirRef{dir, mtime})
@@ -312,6 +332,51 @@ func (r *Refresher) Check(ctx context.Context) (ScanStats, error) {
 	}
 	errs = append(errs, r.list(ctx, queue, &stats))
 	return stats, errors.Join(errs...)
+}
+
+// checkInUse stats on the host each file the container opened lately whose
+// directory is watched and not to be listed anyway, and marks the directory
+// to be listed if the file is not as the store last took it from the host:
+// an edit in place moves no directory's mtime (see InUse). The directory's
+// plan then brings the change in, as a sweep's would.
+func (r *Refresher) checkInUse(ctx context.Context, now time.Time, mtimes map[string]int64, toList map[string]bool, stats *ScanStats) {
+	if r.inUse == nil {
+		return
+	}
+	seen := make(map[string]hostAttrs, len(r.inUseSeen))
+	defer func() { r.inUseSeen = seen }() // files no longer in use are forgotten
+	for _, rel := range r.inUse.Since(now.Add(-inUseFor)) {
+		if ctx.Err() != nil {
+			return
+		}
+		dir := parentOf(rel)
+		if _, watched := mtimes[dir]; !watched || toList[dir] {
+			continue // not watched (yet: it was populated since), or listed anyway
+		}
+		st, err := r.store.Host().Lstat(rel)
+		stats.Files++
+		if err == nil {
+			if last, ok := r.inUseSeen[rel]; ok && last == attrsOf(&st) {
+				seen[rel] = last // as when it last matched its base
+				continue
+			}
+		}
+		if r.store.Busy(rel) {
+			continue // the container's version wins until writeback
+		}
+		base, ok := r.store.Base(rel)
+		switch {
+		case !ok:
+			// Made in the container, or gone from the store: not the
+			// host's to change.
+		case err == nil && base.Matches(&st):
+			seen[rel] = attrsOf(&st)
+		default:
+			// Changed, or gone, or not stat'able: the listing sorts it out
+			// (and says what failed).
+			toList[dir] = true
+		}
+	}
 }
 
 // list compares each queued directory with the host, and then the populated
