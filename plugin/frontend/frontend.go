@@ -56,6 +56,10 @@ type openStore struct {
 
 var _ driver.Opener = (*Opener)(nil)
 
+// populatedLog is store.Config.PopulatedLog for the stores opened: 0 (the
+// store's default) but in a test that makes the log overflow.
+var populatedLog int
+
 // New returns an Opener for cfg.
 func New(cfg Config) *Opener {
 	if cfg.Log == nil {
@@ -139,6 +143,8 @@ func (o *Opener) openStore(spec driver.FrontSpec, log *slog.Logger) (*openStore,
 		Journal: filepath.Join(dir, "journal"),
 		State:   spec.State,
 		Log:     log,
+		// 0 but in tests of what the refresh does when the log overflows
+		PopulatedLog: populatedLog,
 	})
 	if err != nil {
 		host.Close()

@@ -350,6 +350,51 @@ func TestC5_D6_ChecksFindEditsInPlaceToFilesInUse(t *testing.T) {
 	}
 }
 
+// rules C5 and D6, when checks cannot know what to look at: a check learns
+// of directories populated since the last look from the store's log, which
+// keeps the most recent ones only. When more were populated in between than
+// it keeps (a container walking a large tree while a check was far apart),
+// the check sweeps instead, so a host change in one the log forgot arrives
+// at that check, not at the next sweep.
+func TestC5_D6_ChecksSweepWhenThePopulateLogOverflowed(t *testing.T) {
+	defer func(n int) { populatedLog = n }(populatedLog)
+	populatedLog = 2
+	dirs := []string{"a", "b", "c", "d", "e"}
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			long := time.Now().Add(-time.Hour)
+			r := newRescanRig(t, st, "1h", func(h string) {
+				for _, d := range dirs {
+					os.MkdirAll(filepath.Join(h, d), 0o755)
+					writeFile(t, filepath.Join(h, d, "x"), d)
+				}
+				for _, d := range append(dirs, "") { // not racy
+					os.Chtimes(filepath.Join(h, d), long, long)
+				}
+			})
+			f := r.front.(*storeFront)
+			ref := syncer.NewRefresher(f.ost.st, f.mnt, f.mount, nil, time.Hour, testLogger(t))
+			listNames(t, r.mnt) // the root is populated: the sweep watches it
+			if _, err := ref.Scan(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			// Five directories populated after the sweep; the log keeps
+			// the last two (d, e) and has forgotten a.
+			for _, d := range dirs {
+				listNames(t, r.mntPath(d))
+			}
+			writeFile(t, r.hostPath("a/new"), "n") // moves a's mtime
+			s, err := ref.Check(context.Background())
+			if err != nil {
+				t.Fatalf("check: %v", err)
+			}
+			if b, err := os.ReadFile(r.mntPath("a/new")); err != nil || string(b) != "n" {
+				t.Fatalf("a/new in the container after the check: %q (%v), want the host's \"n\"; the check listed %d directories", b, err, s.Dirs)
+			}
+		})
+	}
+}
+
 // sameMtime fails t unless the container sees rel's mtime as the host has it.
 func sameMtime(t *testing.T, r *rig, rel string) {
 	t.Helper()

@@ -59,6 +59,9 @@ type Config struct {
 	State     consistency.State
 	WriteBack writeback.Options
 	Log       *slog.Logger
+	// PopulatedLog bounds the log of populated directories the host
+	// refresh reads (PopulatedSince); 0: 65,536.
+	PopulatedLog int
 }
 
 // Store serves one (source, state). It is safe for concurrent use.
@@ -143,7 +146,10 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open tree: %w", err)
 	}
-	s := &Store{host: cfg.Host, local: local, state: cfg.State, log: cfg.Log, populatedMax: populatedLogMax}
+	if cfg.PopulatedLog <= 0 {
+		cfg.PopulatedLog = populatedLogMax
+	}
+	s := &Store{host: cfg.Host, local: local, state: cfg.State, log: cfg.Log, populatedMax: cfg.PopulatedLog}
 	// The store keeps its bookkeeping in user xattrs: refuse a disk that
 	// cannot hold them instead of misbehaving later.
 	if err := local.Setxattr("", XattrPrefix+"probe", []byte("1"), 0); err != nil {
