@@ -395,6 +395,49 @@ func TestC5_D6_ChecksSweepWhenThePopulateLogOverflowed(t *testing.T) {
 	}
 }
 
+// rules C5 and D6, when the host replaces a directory with a symlink: the
+// watched directories beneath it are reached through a symlink now, which
+// the plugin never follows. They are gone from the tree, as a removed
+// directory is, not a failure of the check (which the front logs at every
+// check until the next sweep), and the container sees the symlink.
+func TestC5_D6_ADirectoryReplacedByASymlinkIsGone(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			long := time.Now().Add(-time.Hour)
+			r := newRescanRig(t, st, "1h", func(h string) {
+				os.MkdirAll(filepath.Join(h, "g/s"), 0o755)
+				os.MkdirAll(filepath.Join(h, "other"), 0o755)
+				writeFile(t, filepath.Join(h, "g/s/a"), "a")
+				for _, d := range []string{"g/s", "g", "other", ""} { // not racy
+					os.Chtimes(filepath.Join(h, d), long, long)
+				}
+			})
+			f := r.front.(*storeFront)
+			ref := syncer.NewRefresher(f.ost.st, f.mnt, f.mount, nil, time.Hour, testLogger(t))
+			for _, d := range []string{"", "g", "g/s"} {
+				listNames(t, r.mntPath(d))
+			}
+			if _, err := ref.Scan(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.RemoveAll(r.hostPath("g")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("other", r.hostPath("g")); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 2; i++ {
+				if _, err := ref.Check(context.Background()); err != nil {
+					t.Fatalf("check %d after g became a symlink: %v; want no failure (a host change)", i+1, err)
+				}
+			}
+			if got, err := os.Readlink(r.mntPath("g")); err != nil || got != "other" {
+				t.Fatalf("g in the container: %q (%v), want the host's symlink to \"other\"", got, err)
+			}
+		})
+	}
+}
+
 // sameMtime fails t unless the container sees rel's mtime as the host has it.
 func sameMtime(t *testing.T, r *rig, rel string) {
 	t.Helper()

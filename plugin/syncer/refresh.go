@@ -277,9 +277,10 @@ func (r *Refresher) Check(ctx context.Context) (ScanStats, error) {
 		}
 		st, err := r.store.Host().Lstat(dir)
 		stats.Checked++
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || (err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR) {
-			// Gone on the host: its parent's mtime moved, and the
-			// parent's plan removes it from the store.
+		if notThere(err) || (err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR) {
+			// Gone on the host: the mtime of its parent (or of the
+			// directory a symlink now replaces) moved, and that
+			// directory's plan removes it from the store.
 			delete(r.watched, dir)
 			delete(r.inSync, dir)
 			continue
@@ -427,6 +428,15 @@ func (r *Refresher) list(ctx context.Context, queue []dirRef, stats *ScanStats) 
 	return errors.Join(errs...)
 }
 
+// notThere reports an error saying that a directory is not in the tree any
+// more: gone, replaced by something else, or reached only through a symlink
+// now (a directory on the way replaced by one, which hostpath refuses to
+// follow). None is a failure of the refresh: the listing of the nearest
+// directory still there brings the change in.
+func notThere(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, hostpath.ErrEscape)
+}
+
 // parentOf is the directory holding rel ("" for the root's entries and the
 // root itself).
 func parentOf(rel string) string {
@@ -456,7 +466,7 @@ type dirScan struct {
 func (r *Refresher) scanDir(dir string) (dirScan, error) {
 	var res dirScan
 	host, err := r.store.Host().ReadDir(dir)
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+	if notThere(err) {
 		res.gone = true
 		return res, nil // gone on the host: the parent's plan deletes it
 	}
@@ -478,6 +488,12 @@ func (r *Refresher) scanDir(dir string) (dirScan, error) {
 		}
 	}
 	mark, err := r.markOf(dir, host)
+	if notThere(err) {
+		// Gone from the store: the container removed it (delegated, not
+		// written back yet: its removal stands), or a plan did just now.
+		res.gone = true
+		return res, nil
+	}
 	if err != nil {
 		return res, err
 	}
@@ -491,6 +507,10 @@ func (r *Refresher) scanDir(dir string) (dirScan, error) {
 		return res, nil
 	}
 	entries, err := r.store.Local().ReadDir(dir)
+	if notThere(err) {
+		res.gone = true
+		return res, nil
+	}
 	if err != nil {
 		return res, err
 	}
