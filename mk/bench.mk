@@ -1,7 +1,9 @@
 # Benchmark (../shared/BENCH.md): the plugin as a plain process on a private
 # socket, against a real sshfs share over loopback (contrib/share.sh), every
 # configuration side by side, ratios to native ext4. Needs root. Not part of
-# `make test`. Results: bench-results/bench[-quick].{json,md,png}.
+# `make test`, but the test of the harness itself (bench-smoke: the ratio
+# arithmetic, the report, the process helpers, the plugin protocol) is.
+# Results: bench-results/bench[-quick].{json,md,png}.
 #
 #   make bench                 W1-W4, 3 runs, every configuration and peer (30-60 min)
 #   make bench-quick           W1 and W2 on a small tree, bindstate vs native and the share (under 3 min)
@@ -25,3 +27,5 @@ bench-quick: $(BIN)/bindstate ## benchmark W1 and W2 on a small tree (under 3 mi
 
 bench-smoke: ## test the benchmark harness itself (seconds)
 	$(BENCH_PYTHON) contrib/bench/test_bench.py
+
+TEST_TARGETS += bench-smoke
