@@ -63,19 +63,9 @@ type Refresher struct {
 	// (see hotFor); sweeps leave them be.
 	hot map[string]time.Time
 	// inUseSeen holds, for each file in use whose host attributes matched
-	// its base at the last check, those attributes: while the host's stay
-	// the same, the base (an xattr read and a parse) is not read again.
-	inUseSeen map[string]hostAttrs
-}
-
-// hostAttrs is what Base.Matches compares of a host file.
-type hostAttrs struct {
-	mode        uint32
-	size, mtime int64
-}
-
-func attrsOf(st *unix.Stat_t) hostAttrs {
-	return hostAttrs{mode: st.Mode, size: st.Size, mtime: st.Mtim.Nano()}
+	// its base at the last check, that base: while the host still matches
+	// it, the store's (an xattr read and a parse) is not read again.
+	inUseSeen map[string]store.Base
 }
 
 // syncMark is how a directory looked on both sides when it was last in sync.
@@ -122,7 +112,7 @@ func NewRefresher(st *store.Store, mnt *hostpath.Root, inval Invalidator, inUse 
 		log = slog.Default()
 	}
 	return &Refresher{store: st, mnt: mnt, inval: inval, inUse: inUse, every: every, log: log,
-		inSync: make(map[string]syncMark), hot: make(map[string]time.Time), inUseSeen: make(map[string]hostAttrs)}
+		inSync: make(map[string]syncMark), hot: make(map[string]time.Time), inUseSeen: make(map[string]store.Base)}
 }
 
 // checkDutyCycle and sweepDutyCycle bound the share of time the refresher
@@ -344,7 +334,7 @@ func (r *Refresher) checkInUse(ctx context.Context, now time.Time, mtimes map[st
 	if r.inUse == nil {
 		return
 	}
-	seen := make(map[string]hostAttrs, len(r.inUseSeen))
+	seen := make(map[string]store.Base, len(r.inUseSeen))
 	defer func() { r.inUseSeen = seen }() // files no longer in use are forgotten
 	for _, rel := range r.inUse.Since(now.Add(-inUseFor)) {
 		if ctx.Err() != nil {
@@ -357,7 +347,7 @@ func (r *Refresher) checkInUse(ctx context.Context, now time.Time, mtimes map[st
 		st, err := r.store.Host().Lstat(rel)
 		stats.Files++
 		if err == nil {
-			if last, ok := r.inUseSeen[rel]; ok && last == attrsOf(&st) {
+			if last, ok := r.inUseSeen[rel]; ok && last.Matches(&st) {
 				seen[rel] = last // as when it last matched its base
 				continue
 			}
@@ -371,7 +361,7 @@ func (r *Refresher) checkInUse(ctx context.Context, now time.Time, mtimes map[st
 			// Made in the container, or gone from the store: not the
 			// host's to change.
 		case err == nil && base.Matches(&st):
-			seen[rel] = attrsOf(&st)
+			seen[rel] = base
 		default:
 			// Changed, or gone, or not stat'able: the listing sorts it out
 			// (and says what failed).
