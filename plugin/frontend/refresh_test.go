@@ -438,6 +438,55 @@ func TestC5_D6_ADirectoryReplacedByASymlinkIsGone(t *testing.T) {
 	}
 }
 
+// rule D6, when the container removes a watched directory (or puts a file
+// in its place) and the writeback has not reached the host yet: the host
+// still has the directory, the store no longer does. That is the
+// container's change standing until writeback, not a failure of the check
+// (which the front logs at every check while the directory stays watched).
+func TestD6_ADirectoryTheContainerRemovedIsNotAFailure(t *testing.T) {
+	long := time.Now().Add(-time.Hour)
+	r := newRescanRig(t, consistency.Delegated, "1h", func(h string) {
+		for _, d := range []string{"d", "e"} {
+			os.MkdirAll(filepath.Join(h, d), 0o755)
+			writeFile(t, filepath.Join(h, d, "a"), d)
+		}
+		for _, p := range []string{"d", "e", ""} { // not racy
+			os.Chtimes(filepath.Join(h, p), long, long)
+		}
+	})
+	f := r.front.(*storeFront)
+	ref := syncer.NewRefresher(f.ost.st, f.mnt, f.mount, nil, time.Hour, testLogger(t))
+	for _, d := range []string{"", "d", "e"} {
+		listNames(t, r.mntPath(d))
+	}
+	if _, err := ref.Scan(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// A host change in d and e: both are listed at every check for a while
+	// (hot), their parent only once.
+	writeFile(t, r.hostPath("d/x"), "x")
+	writeFile(t, r.hostPath("e/x"), "x")
+	if _, err := ref.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(r.mntPath("d")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(r.mntPath("e")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, r.mntPath("e"), "a file now")
+	_, err := ref.Check(context.Background())
+	for _, d := range []string{"d", "e"} {
+		if fi, serr := os.Stat(r.hostPath(d)); serr != nil || !fi.IsDir() {
+			t.Skipf("the writeback reached the host before the check (%s: %v): nothing left to test", d, serr)
+		}
+	}
+	if err != nil {
+		t.Fatalf("check after the container removed d and replaced e by a file: %v; want no failure", err)
+	}
+}
+
 // sameMtime fails t unless the container sees rel's mtime as the host has it.
 func sameMtime(t *testing.T, r *rig, rel string) {
 	t.Helper()
