@@ -138,12 +138,11 @@ func (o *Opener) openStore(spec driver.FrontSpec, log *slog.Logger) (*openStore,
 	}
 	dir := o.storeDir(spec.Key)
 	st, err := store.Open(store.Config{
-		Host:    host,
-		Tree:    filepath.Join(dir, "tree"),
-		Journal: filepath.Join(dir, "journal"),
-		State:   spec.State,
-		Log:     log,
-		// 0 but in tests of what the refresh does when the log overflows
+		Host:         host,
+		Tree:         filepath.Join(dir, "tree"),
+		Journal:      filepath.Join(dir, "journal"),
+		State:        spec.State,
+		Log:          log,
 		PopulatedLog: populatedLog,
 	})
 	if err != nil {
