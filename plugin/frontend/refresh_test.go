@@ -29,8 +29,7 @@ func TestC5_D6_RescanSkipsDirectoriesInSync(t *testing.T) {
 				writeFile(t, filepath.Join(h, "d/b"), "b1")
 				writeFile(t, filepath.Join(h, "e/x"), "x1")
 			})
-			f := r.front.(*storeFront)
-			ref := syncer.NewRefresher(f.ost.st, f.mnt, f.mount, nil, time.Hour, testLogger(t))
+			ref := ownRefresher(t, r, false)
 			scanOnce := func(what string) syncer.ScanStats {
 				t.Helper()
 				s, err := ref.Scan(context.Background())
@@ -170,8 +169,7 @@ func TestC5_D6_ChecksFindNameChangesBetweenSweeps(t *testing.T) {
 					setMtime(filepath.Join(h, d), long)
 				}
 			})
-			f := r.front.(*storeFront)
-			ref := syncer.NewRefresher(f.ost.st, f.mnt, f.mount, nil, time.Hour, testLogger(t))
+			ref := ownRefresher(t, r, false)
 			check := func(what string, wantChecked, wantDirs int) syncer.ScanStats {
 				t.Helper()
 				s, err := ref.Check(context.Background())
@@ -294,8 +292,7 @@ func TestC5_D6_ChecksFindEditsInPlaceToFilesInUse(t *testing.T) {
 					os.Chtimes(filepath.Join(h, p), long, long)
 				}
 			})
-			f := r.front.(*storeFront)
-			ref := syncer.NewRefresher(f.ost.st, f.mnt, f.mount, f.inUse, time.Hour, testLogger(t))
+			ref := ownRefresher(t, r, true)
 			check := func(what string, wantFiles, wantDirs int) {
 				t.Helper()
 				s, err := ref.Check(context.Background())
@@ -372,12 +369,8 @@ func TestC5_D6_ChecksSweepWhenThePopulateLogOverflowed(t *testing.T) {
 					os.Chtimes(filepath.Join(h, d), long, long)
 				}
 			})
-			f := r.front.(*storeFront)
-			ref := syncer.NewRefresher(f.ost.st, f.mnt, f.mount, nil, time.Hour, testLogger(t))
-			listNames(t, r.mnt) // the root is populated: the sweep watches it
-			if _, err := ref.Scan(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			ref := ownRefresher(t, r, false)
+			listThenSweep(t, r, ref, "") // the root is populated: the sweep watches it
 			// Five directories populated after the sweep; the log keeps
 			// the last two (d, e) and has forgotten a.
 			for _, d := range dirs {
@@ -412,14 +405,8 @@ func TestC5_D6_ADirectoryReplacedByASymlinkIsGone(t *testing.T) {
 					os.Chtimes(filepath.Join(h, d), long, long)
 				}
 			})
-			f := r.front.(*storeFront)
-			ref := syncer.NewRefresher(f.ost.st, f.mnt, f.mount, nil, time.Hour, testLogger(t))
-			for _, d := range []string{"", "g", "g/s"} {
-				listNames(t, r.mntPath(d))
-			}
-			if _, err := ref.Scan(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			ref := ownRefresher(t, r, false)
+			listThenSweep(t, r, ref, "", "g", "g/s")
 			if err := os.RemoveAll(r.hostPath("g")); err != nil {
 				t.Fatal(err)
 			}
@@ -454,14 +441,8 @@ func TestD6_ADirectoryTheContainerRemovedIsNotAFailure(t *testing.T) {
 			os.Chtimes(filepath.Join(h, p), long, long)
 		}
 	})
-	f := r.front.(*storeFront)
-	ref := syncer.NewRefresher(f.ost.st, f.mnt, f.mount, nil, time.Hour, testLogger(t))
-	for _, d := range []string{"", "d", "e"} {
-		listNames(t, r.mntPath(d))
-	}
-	if _, err := ref.Scan(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	ref := ownRefresher(t, r, false)
+	listThenSweep(t, r, ref, "", "d", "e")
 	// A host change in d and e: both are listed at every check for a while
 	// (hot), their parent only once.
 	writeFile(t, r.hostPath("d/x"), "x")
@@ -484,6 +465,30 @@ func TestD6_ADirectoryTheContainerRemovedIsNotAFailure(t *testing.T) {
 	}
 	if err != nil {
 		t.Fatalf("check after the container removed d and replaced e by a file: %v; want no failure", err)
+	}
+}
+
+// ownRefresher is a refresher of r's front that the test drives itself
+// (Scan, Check; the rig's own waits an hour), stat'ing the files the
+// container opened if inUse.
+func ownRefresher(t *testing.T, r *rig, inUse bool) *syncer.Refresher {
+	f := r.front.(*storeFront)
+	var u *syncer.InUse
+	if inUse {
+		u = f.inUse
+	}
+	return syncer.NewRefresher(f.ost.st, f.mnt, f.mount, u, time.Hour, testLogger(t))
+}
+
+// listThenSweep lists dirs through the mount, which populates them, and
+// sweeps with ref, which watches them from then on.
+func listThenSweep(t *testing.T, r *rig, ref *syncer.Refresher, dirs ...string) {
+	t.Helper()
+	for _, d := range dirs {
+		listNames(t, r.mntPath(d))
+	}
+	if _, err := ref.Scan(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }
 
