@@ -37,6 +37,7 @@ type config struct {
 	FuseDebug           bool   // FUSE_DEBUG: log every FUSE request
 	ControlSocket       string // CONTROL_SOCKET: the control socket ("": beside the plugin socket)
 	CPUProfile          string // CPU_PROFILE: write a pprof CPU profile of the whole run here ("": none)
+	FixedCPUs           bool   // GOMAXPROCS is set (the Go runtime applies it): no cpus.Governor
 }
 
 // envHelp documents the environment for usage messages.
@@ -54,6 +55,8 @@ const envHelp = `environment:
   CONTROL_SOCKET         control socket of the bindstate commands (default: beside the
                          plugin socket, /run/docker/plugins/bindstate-control/control.sock;
                          for a managed plugin the host sees it in /run/docker/plugins/<plugin ID>/)
+  GOMAXPROCS             CPUs the plugin's Go code runs on (default: 1 while it answers
+                         from its local stores, all while it works on the share)
   CPU_PROFILE            write a Go CPU profile of the run to this file, for go tool pprof
                          (default none; for measuring, see contrib/bench/README.md)
 `
@@ -168,6 +171,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 		c.CPUProfile = filepath.Clean(v)
 	}
+
+	c.FixedCPUs = getenv("GOMAXPROCS") != ""
 
 	if err := errors.Join(errs...); err != nil {
 		return config{}, err

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -41,7 +42,23 @@ func TestRunBadConfig(t *testing.T) {
 
 // The plugin serves the protocol on its socket and stops cleanly when told
 // to (its socket is removed).
+// GOMAXPROCS set in the plugin's environment stands: no governing.
+func TestGOMAXPROCSSetTurnsTheGovernorOff(t *testing.T) {
+	cfg, err := loadConfig(env(map[string]string{"GOMAXPROCS": "3"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := runtime.GOMAXPROCS(0)
+	shareWork, stop, desc := governCPUs(cfg.FixedCPUs)
+	defer stop()
+	if shareWork != nil || runtime.GOMAXPROCS(0) != procs || !strings.Contains(desc, "(GOMAXPROCS)") {
+		t.Fatalf("GOMAXPROCS=3 set: governed anyway (share work hook %v, GOMAXPROCS %d, was %d, %q)",
+			shareWork != nil, runtime.GOMAXPROCS(0), procs, desc)
+	}
+}
+
 func TestServeAndStop(t *testing.T) {
+	procs := runtime.GOMAXPROCS(0)
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "run", "bindstate.sock") // never Docker's plugin dir in tests
 	ctx, cancel := context.WithCancel(t.Context())
@@ -77,6 +94,11 @@ func TestServeAndStop(t *testing.T) {
 	resp.Body.Close()
 	if len(act.Implements) != 1 || act.Implements[0] != "VolumeDriver" {
 		t.Fatalf("activate: %+v", act)
+	}
+	// No GOMAXPROCS in its environment: serving from the stores alone, the
+	// plugin runs on one CPU (package cpus).
+	if got := runtime.GOMAXPROCS(0); procs > 1 && got != 1 {
+		t.Errorf("GOMAXPROCS while serving, nothing on the share: %d, want 1", got)
 	}
 	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o660 {
 		t.Fatalf("socket: %v %v", fi, err)
@@ -123,6 +145,9 @@ func TestServeAndStop(t *testing.T) {
 	}
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Fatalf("socket left behind: %v", err)
+	}
+	if got := runtime.GOMAXPROCS(0); got != procs {
+		t.Errorf("GOMAXPROCS after stopping: %d, want every CPU again (%d)", got, procs)
 	}
 	if _, err := os.Stat(ctl); !os.IsNotExist(err) {
 		t.Fatalf("control socket left behind: %v", err)

@@ -9,10 +9,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"time"
 
 	"github.com/bindstate/bindstate/plugin/control"
+	"github.com/bindstate/bindstate/plugin/cpus"
 	"github.com/bindstate/bindstate/plugin/driver"
 	"github.com/bindstate/bindstate/plugin/frontend"
 )
@@ -44,6 +46,8 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ring *control.Ring
 		log.Info("writing a CPU profile until the plugin stops", "path", cfg.CPUProfile)
 	}
 	policy := cfg.policy()
+	shareWork, stopGoverning, cpusDesc := governCPUs(cfg.FixedCPUs)
+	defer stopGoverning()
 	opener := frontend.New(frontend.Config{
 		StateDir:   cfg.StateDir,
 		MountRoot:  cfg.MountRoot,
@@ -51,6 +55,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ring *control.Ring
 		Policy:     policy,
 		Log:        log,
 		FuseDebug:  cfg.FuseDebug,
+		ShareWork:  shareWork,
 	})
 	drv, err := driver.New(driver.Config{
 		StateDir:            cfg.StateDir,
@@ -77,7 +82,7 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ring *control.Ring
 	ctrl := startControl(ctrlPath, cfg.SocketGID, &control.Server{Driver: drv, Ring: ring, Log: log, Version: version}, log)
 	log.Info("bindstate serving", "version", version, "socket", path, "control_socket", ctrlPath, "state_dir", cfg.StateDir,
 		"mount_root", cfg.MountRoot, "host_prefix", cfg.HostPrefix, "allowed_roots", policy.AllowedRoots,
-		"denied", policy.Denied, "unmount_flush_timeout", cfg.UnmountFlushTimeout.String())
+		"denied", policy.Denied, "unmount_flush_timeout", cfg.UnmountFlushTimeout.String(), "cpus", cpusDesc)
 
 	var serveErr error
 	select {
@@ -86,6 +91,8 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ring *control.Ring
 	case serveErr = <-errc:
 		log.Error("serving failed; stopping", "err", serveErr)
 	}
+	stopGoverning() // the last writebacks run on every CPU
+
 	ln.Close() // no new connections; requests on open ones are refused by Drain
 	os.Remove(path)
 	sctx, cancel := context.WithTimeout(context.Background(), drainRequests)
@@ -112,6 +119,24 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ring *control.Ring
 		return serveErr
 	}
 	return nil
+}
+
+// governCPUs starts a cpus.Governor: the plugin's Go code runs on one CPU
+// while it answers from its local stores (the cheapest FUSE round trip) and
+// on every CPU while it works on the share. GOMAXPROCS in the environment
+// (fixed) turns it off: the user's number stands. So does a single CPU. It returns
+// the stores' ShareWork (nil when off), what ends the governing (idempotent),
+// and a description for the log.
+func governCPUs(fixed bool) (shareWork func(), stop func(), desc string) {
+	n := runtime.GOMAXPROCS(0)
+	if fixed {
+		return nil, func() {}, fmt.Sprintf("%d (GOMAXPROCS)", n)
+	}
+	if n == 1 {
+		return nil, func() {}, "1"
+	}
+	g := cpus.New(n, cpus.DefaultQuiet, runtime.GOMAXPROCS)
+	return g.ShareWork, g.Stop, fmt.Sprintf("1, %d during share work", n)
 }
 
 // startControl serves the control API on path. A failure is logged, not

@@ -36,6 +36,9 @@ type Config struct {
 	Policy     hostpath.Policy // which sources are allowed
 	Log        *slog.Logger
 	FuseDebug  bool // log every FUSE request
+	// ShareWork, if set, is each store's Config.ShareWork (the plugin's
+	// cpus.Governor).
+	ShareWork func()
 }
 
 // Opener implements driver.Opener.
@@ -144,6 +147,7 @@ func (o *Opener) openStore(spec driver.FrontSpec, log *slog.Logger) (*openStore,
 		State:        spec.State,
 		Log:          log,
 		PopulatedLog: populatedLog,
+		ShareWork:    o.cfg.ShareWork,
 	})
 	if err != nil {
 		host.Close()

@@ -35,6 +35,7 @@ func (s *Store) EnsurePopulated(dir string) error {
 	if s.isPopulated(dir) {
 		return nil
 	}
+	s.shareWork()
 	unlock := s.locks.Lock("populate:" + dir)
 	defer unlock()
 	if s.isPopulated(dir) {
@@ -253,6 +254,7 @@ func (s *Store) ensureContent(rel string) (bool, error) {
 	if !s.IsStub(rel) {
 		return false, nil
 	}
+	s.shareWork()
 	unlock := s.locks.Lock("fetch:" + rel)
 	defer unlock()
 	if !s.IsStub(rel) {

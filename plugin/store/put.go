@@ -26,6 +26,7 @@ type putter struct{ s *Store }
 // must not run beside a Put beneath it: it would remove a child just written
 // and marked clean, and the host would lose it.
 func (p putter) Put(ctx context.Context, rel string) error {
+	p.s.shareWork()
 	defer p.s.treeLocks.lock(rel)()
 	return p.s.put(ctx, rel)
 }

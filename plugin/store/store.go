@@ -62,6 +62,11 @@ type Config struct {
 	// PopulatedLog bounds the log of populated directories the host
 	// refresh reads (PopulatedSince); 0: 65,536.
 	PopulatedLog int
+	// ShareWork, if set, is called as the store starts work on the share
+	// that may overlap other work: listing a directory into the store,
+	// fetching a file's content, writing a path back. The plugin raises
+	// GOMAXPROCS meanwhile (package cpus).
+	ShareWork func()
 }
 
 // Store serves one (source, state). It is safe for concurrent use.
@@ -109,6 +114,8 @@ type Store struct {
 	populatedFirst int
 	populatedMax   int
 
+	shareWork func() // Config.ShareWork, or a no-op
+
 	// tombs are the bases of host paths whose store entry was removed or
 	// renamed away and whose writeback has not happened yet (delegated), and
 	// of symlinks (which cannot carry the base xattr): the writeback compares
@@ -149,7 +156,11 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.PopulatedLog <= 0 {
 		cfg.PopulatedLog = populatedLogMax
 	}
-	s := &Store{host: cfg.Host, local: local, state: cfg.State, log: cfg.Log, populatedMax: cfg.PopulatedLog}
+	s := &Store{host: cfg.Host, local: local, state: cfg.State, log: cfg.Log, populatedMax: cfg.PopulatedLog,
+		shareWork: cfg.ShareWork}
+	if s.shareWork == nil {
+		s.shareWork = func() {}
+	}
 	// The store keeps its bookkeeping in user xattrs: refuse a disk that
 	// cannot hold them instead of misbehaving later.
 	if err := local.Setxattr("", XattrPrefix+"probe", []byte("1"), 0); err != nil {

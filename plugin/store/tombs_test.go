@@ -21,6 +21,7 @@ type storeRig struct {
 	opts       writeback.Options
 	root       *hostpath.Root
 	s          *Store
+	shareWork  func() // Config.ShareWork; nil: none
 }
 
 func newStoreRig(t *testing.T, st consistency.State, opts writeback.Options, setup func(host string)) *storeRig {
@@ -50,7 +51,7 @@ func (r *storeRig) open(t *testing.T) {
 	t.Helper()
 	s, err := Open(Config{
 		Host: r.root, Tree: filepath.Join(r.base, "tree"), Journal: filepath.Join(r.base, "journal"),
-		State: r.state, WriteBack: r.opts,
+		State: r.state, WriteBack: r.opts, ShareWork: r.shareWork,
 	})
 	if err != nil {
 		t.Fatal(err)
