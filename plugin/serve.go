@@ -124,9 +124,9 @@ func serve(ctx context.Context, cfg config, log *slog.Logger, ring *control.Ring
 // governCPUs starts a cpus.Governor: the plugin's Go code runs on one CPU
 // while it answers from its local stores (the cheapest FUSE round trip) and
 // on every CPU while it works on the share. GOMAXPROCS in the environment
-// (fixed) turns it off: the user's number stands. So does a single CPU. It returns
-// the stores' ShareWork (nil when off), what ends the governing (idempotent),
-// and a description for the log.
+// (fixed) turns it off, so the user's number stands; so does a single CPU.
+// It returns the stores' ShareWork (nil when off), what ends the governing
+// (idempotent), and a description for the log.
 func governCPUs(fixed bool) (shareWork func(), stop func(), desc string) {
 	n := runtime.GOMAXPROCS(0)
 	if fixed {
