@@ -77,6 +77,13 @@ func newRig(t testing.TB, st consistency.State, setup func(host string)) *rig {
 // newRescanRig is newRig with the given rescan interval.
 func newRescanRig(t testing.TB, st consistency.State, rescan string, setup func(host string)) *rig {
 	t.Helper()
+	return newConfiguredRig(t, st, rescan, setup, nil)
+}
+
+// newConfiguredRig is newRescanRig whose Opener's Config configure, if
+// given, may change (after the rig's own fields are set).
+func newConfiguredRig(t testing.TB, st consistency.State, rescan string, setup func(host string), configure func(*Config)) *rig {
+	t.Helper()
 	requireFUSE(t)
 	base := t.TempDir()
 	host := filepath.Join(base, "host")
@@ -86,12 +93,16 @@ func newRescanRig(t testing.TB, st consistency.State, rescan string, setup func(
 	if setup != nil {
 		setup(host)
 	}
-	o := New(Config{
+	cfg := Config{
 		StateDir:  filepath.Join(base, "state"),
 		MountRoot: filepath.Join(base, "mnt"),
 		Policy:    hostpath.Policy{AllowedRoots: []string{base}},
 		Log:       testLogger(t),
-	})
+	}
+	if configure != nil {
+		configure(&cfg)
+	}
+	o := New(cfg)
 	spec := driver.FrontSpec{Key: "k-" + st.String(), Source: host, State: st, Opts: map[string]string{"rescan": rescan}}
 	f, err := o.Open(context.Background(), spec)
 	if err != nil {
