@@ -34,7 +34,7 @@ type Governor struct {
 	mu      sync.Mutex
 	high    bool
 	last    time.Time   // latest ShareWork
-	timer   *time.Timer // lowers again once quiet; nil until the first raise
+	timer   *time.Timer // lowers again once quiet; armed while high
 	stopped bool
 }
 
@@ -42,6 +42,8 @@ type Governor struct {
 // plugin's Go code on max CPUs during share work (see ShareWork).
 func New(max int, quiet time.Duration, set func(int) int) *Governor {
 	g := &Governor{max: max, quiet: quiet, set: set}
+	g.timer = time.AfterFunc(quiet, g.lower)
+	g.timer.Stop() // armed at each raise
 	set(1)
 	return g
 }
@@ -61,11 +63,7 @@ func (g *Governor) ShareWork() {
 	}
 	g.high = true
 	g.set(g.max)
-	if g.timer == nil {
-		g.timer = time.AfterFunc(g.quiet, g.lower)
-	} else {
-		g.timer.Reset(g.quiet)
-	}
+	g.timer.Reset(g.quiet)
 }
 
 // lower goes back to one CPU if no share work came for quiet, or waits the
@@ -93,8 +91,6 @@ func (g *Governor) Stop() {
 		return
 	}
 	g.stopped = true
-	if g.timer != nil {
-		g.timer.Stop()
-	}
+	g.timer.Stop()
 	g.set(g.max)
 }
