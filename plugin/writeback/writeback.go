@@ -35,6 +35,12 @@
 // change has been made for Quiet; no path waits longer than MaxDelay after
 // its change for a full-speed writeback. The kernel's dirty page writeback
 // works alike (dirty_expire). A Flush (fsync, the exit flush) never waits.
+// The BusyWorkers trickle only while at most BusyBacklog paths wait: a few
+// changes while the container works (a log, an editor's saves) still reach
+// the host within Delay, but a burst (an untar, npm install) waits for its
+// end, when all Workers write it; trickling it meanwhile leaves the host no
+// sooner complete (the share is as slow either way) and makes the burst take
+// longer on a small machine.
 //
 // Scheduling uses one goroutine and one timer for the whole queue: paths
 // waiting for their delay or backoff sit in a heap ordered by due time, then
@@ -70,6 +76,7 @@ type Options struct {
 	MaxBackoff  time.Duration // cap on retry backoff (default 30s)
 	Quiet       time.Duration // full-speed background writeback waits until no change for this long (default 300ms; negative: never waits)
 	BusyWorkers int           // Puts that run meanwhile (default 1; negative: none)
+	BusyBacklog int           // ... while at most this many paths wait (default 64; negative: any number)
 	MaxDelay    time.Duration // ... but a path waits at most this long after its change (default 30s)
 }
 
@@ -79,6 +86,7 @@ const (
 	defaultMaxBackoff  = 30 * time.Second
 	defaultQuiet       = 300 * time.Millisecond
 	defaultBusyWorkers = 1
+	defaultBusyBacklog = 64
 	defaultMaxDelay    = 30 * time.Second
 )
 
@@ -251,6 +259,9 @@ func New(j *journal.Journal, put Putter, opts Options) *Queue {
 	if opts.BusyWorkers == 0 {
 		opts.BusyWorkers = defaultBusyWorkers
 	}
+	if opts.BusyBacklog == 0 {
+		opts.BusyBacklog = defaultBusyBacklog
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	q := &Queue{
 		j: j, put: put, opts: opts,
@@ -360,10 +371,16 @@ func (q *Queue) _next(now time.Time) (ok, busy bool) {
 	if !q._readyAt(top).After(now) {
 		return true, false
 	}
-	if !top.due.After(now) && q.busyPuts < q.opts.BusyWorkers {
+	if !top.due.After(now) && q.busyPuts < q.opts.BusyWorkers && !q._burst() {
 		return true, true
 	}
 	return false, false
+}
+
+// _burst says whether more paths wait than BusyBacklog: the container is
+// changing things faster than a trickle writes them back.
+func (q *Queue) _burst() bool {
+	return q.opts.BusyBacklog >= 0 && len(q.wait) > q.opts.BusyBacklog
 }
 
 func maxTime(a, b time.Time) time.Time {

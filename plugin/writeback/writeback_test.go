@@ -785,6 +785,27 @@ func (r *rig) waitClean(t *testing.T, rel string) {
 	}
 }
 
+// touching keeps the container busy without changes of its own (opens, as
+// the reads of a build) until the returned stop is called.
+func (r *rig) touching(t *testing.T) (stop func()) {
+	t.Helper()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			r.q.Touch()
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
 // busy makes changes (MarkDirty of other paths) every few milliseconds until
 // the returned stop is called: a container untarring into the mount.
 func (r *rig) busy(t *testing.T) (stop func()) {
@@ -831,7 +852,7 @@ func TestBackgroundWritebackWaitsForQuiet(t *testing.T) {
 // trickles rather than stops, so less is left for the exit flush), and the
 // rest start once it is quiet.
 func TestBackgroundWritebackTricklesWhileBusy(t *testing.T) {
-	r := newRig(t, Options{Delay: time.Millisecond, Quiet: 2 * time.Second, MaxDelay: never, BusyWorkers: 1, Workers: 4})
+	r := newRig(t, Options{Delay: time.Millisecond, Quiet: 2 * time.Second, MaxDelay: never, BusyWorkers: 1, BusyBacklog: -1, Workers: 4})
 	r.dirty(t, "a", "b", "c")
 	stop := r.busy(t)
 	first := r.p.next(t) // one, though the container is busy
@@ -856,6 +877,33 @@ func TestBackgroundWritebackTricklesWhileBusy(t *testing.T) {
 	}
 	second.ok()
 	r.waitClean(t, "c")
+}
+
+// While more than BusyBacklog paths wait (a burst: an untar into the mount),
+// not even the BusyWorkers write them back until the container is quiet;
+// with that many or fewer waiting, they trickle again.
+func TestBackgroundWritebackWaitsOutABurst(t *testing.T) {
+	r := newRig(t, Options{Delay: time.Millisecond, Quiet: 2 * time.Second, MaxDelay: never, BusyWorkers: 1, BusyBacklog: 3, Workers: 1})
+	stop := r.touching(t)
+	defer stop()
+	r.dirty(t, "a", "b", "c", "d")
+	r.p.none(t, 500*time.Millisecond) // four wait, one more than BusyBacklog
+	// A Flush writes d at once; three wait then, and the trickle starts.
+	done := r.flush(t.Context(), "d")
+	if c := r.p.next(t); c.rel != "d" {
+		t.Fatalf("put %q, want the flushed d", c.rel)
+	} else {
+		c.ok()
+	}
+	if err := result(t, done); err != nil {
+		t.Fatal(err)
+	}
+	c := r.p.next(t)
+	if c.rel != "a" {
+		t.Fatalf("put %q, want a (oldest) from the trickle", c.rel)
+	}
+	c.ok()
+	r.waitClean(t, "a")
 }
 
 // No change waits longer than MaxDelay, however busy the container is.
