@@ -789,27 +789,26 @@ func (r *rig) waitClean(t *testing.T, rel string) {
 // the reads of a build) until the returned stop is called.
 func (r *rig) touching(t *testing.T) (stop func()) {
 	t.Helper()
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			r.q.Touch()
-		}
-	}()
-	return func() { close(done); wg.Wait() }
+	return every(func(int) error { r.q.Touch(); return nil })
 }
 
 // busy makes changes (MarkDirty of other paths) every few milliseconds until
 // the returned stop is called: a container untarring into the mount.
 func (r *rig) busy(t *testing.T) (stop func()) {
 	t.Helper()
+	return every(func(i int) error {
+		r.q.Touch() // an open
+		if err := r.q.MarkDirty(fmt.Sprintf("busy/%d", i%50)); err != nil {
+			t.Error(err)
+			return err
+		}
+		return nil
+	})
+}
+
+// every calls f(0), f(1), ... every 5 ms until the returned stop is called
+// or f fails.
+func every(f func(i int) error) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -821,9 +820,7 @@ func (r *rig) busy(t *testing.T) (stop func()) {
 				return
 			case <-time.After(5 * time.Millisecond):
 			}
-			r.q.Touch() // an open
-			if err := r.q.MarkDirty(fmt.Sprintf("busy/%d", i%50)); err != nil {
-				t.Error(err)
+			if f(i) != nil {
 				return
 			}
 		}
