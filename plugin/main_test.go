@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -40,8 +42,6 @@ func TestRunBadConfig(t *testing.T) {
 	}
 }
 
-// The plugin serves the protocol on its socket and stops cleanly when told
-// to (its socket is removed).
 // GOMAXPROCS set in the plugin's environment stands: no governing.
 func TestGOMAXPROCSSetTurnsTheGovernorOff(t *testing.T) {
 	cfg, err := loadConfig(env(map[string]string{"GOMAXPROCS": "3"}))
@@ -57,37 +57,60 @@ func TestGOMAXPROCSSetTurnsTheGovernorOff(t *testing.T) {
 	}
 }
 
-func TestServeAndStop(t *testing.T) {
-	procs := runtime.GOMAXPROCS(0)
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "run", "bindstate.sock") // never Docker's plugin dir in tests
+// servePlugin runs the plugin in this process, as main does, with the
+// environment e, until it answers on its socket (e's SOCKET_NAME, a path).
+// stop stops it and returns its exit code.
+func servePlugin(t *testing.T, e map[string]string, logs io.Writer) (client *http.Client, stop func() int) {
+	t.Helper()
+	sock := e["SOCKET_NAME"]
 	ctx, cancel := context.WithCancel(t.Context())
-	var logs bytes.Buffer
-	done := make(chan int)
-	go func() {
-		done <- run(ctx, nil, env(map[string]string{
-			"STATE_DIR":   filepath.Join(dir, "state"),
-			"SOCKET_NAME": sock,
-			"LOG_LEVEL":   "debug",
-			"CPU_PROFILE": filepath.Join(dir, "cpu.pprof"),
-		}), io.Discard, &logs)
-	}()
-	client := &http.Client{Transport: &http.Transport{
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, nil, env(e), io.Discard, logs) }()
+	stop = func() int {
+		t.Helper()
+		cancel()
+		select {
+		case code := <-done:
+			return code
+		case <-time.After(20 * time.Second):
+			t.Fatal("did not stop")
+			return -1
+		}
+	}
+	client = &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 		},
 	}}
-	var resp *http.Response
-	var err error
-	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(20 * time.Millisecond) {
-		resp, err = client.Post("http://plugin/Plugin.Activate", "application/json", nil)
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := client.Post("http://plugin/Plugin.Activate", "application/json", nil)
 		if err == nil {
-			break
+			resp.Body.Close()
+			return client, stop
+		}
+		if time.Since(start) > 10*time.Second {
+			stop()
+			t.Fatalf("plugin not serving: %v", err)
 		}
 	}
+}
+
+// The plugin serves the protocol on its socket and stops cleanly when told
+// to (its socket is removed).
+func TestServeAndStop(t *testing.T) {
+	procs := runtime.GOMAXPROCS(0)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "run", "bindstate.sock") // never Docker's plugin dir in tests
+	var logs bytes.Buffer
+	client, stop := servePlugin(t, map[string]string{
+		"STATE_DIR":   filepath.Join(dir, "state"),
+		"SOCKET_NAME": sock,
+		"LOG_LEVEL":   "debug",
+		"CPU_PROFILE": filepath.Join(dir, "cpu.pprof"),
+	}, &logs)
+	resp, err := client.Post("http://plugin/Plugin.Activate", "application/json", nil)
 	if err != nil {
-		cancel()
-		t.Fatalf("plugin not serving: %v", err)
+		t.Fatal(err)
 	}
 	var act struct{ Implements []string }
 	json.NewDecoder(resp.Body).Decode(&act)
@@ -134,14 +157,8 @@ func TestServeAndStop(t *testing.T) {
 		t.Fatalf("control socket: %v %v", fi, err)
 	}
 
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("exit %d; logs:\n%s", code, logs.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("did not stop")
+	if code := stop(); code != 0 {
+		t.Fatalf("exit %d; logs:\n%s", code, logs.String())
 	}
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Fatalf("socket left behind: %v", err)
@@ -163,5 +180,82 @@ func TestServeAndStop(t *testing.T) {
 		if !json.Valid([]byte(line)) {
 			t.Fatalf("log line is not JSON: %q", line)
 		}
+	}
+}
+
+// Share work in the serving plugin raises GOMAXPROCS to every CPU: serve
+// hands the governor to the stores the driver opens. Without that, the
+// plugin would stay on one CPU through every cold walk and writeback
+// (package cpus says what that costs).
+func TestServingPluginRaisesCPUsForShareWork(t *testing.T) {
+	procs := runtime.GOMAXPROCS(0)
+	if procs < 2 {
+		t.Skip("one CPU: nothing to switch")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a volume needs root")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "f"), []byte("from the host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	client, stop := servePlugin(t, map[string]string{
+		"STATE_DIR":      filepath.Join(dir, "state"),
+		"SOCKET_NAME":    filepath.Join(dir, "run", "bindstate.sock"),
+		"CONTROL_SOCKET": filepath.Join(dir, "run", "control.sock"),
+		"ALLOWED_ROOTS":  src,
+	}, io.Discard)
+	call := func(method, body string) (out struct{ Mountpoint, Err string }) {
+		t.Helper()
+		resp, err := client.Post("http://plugin/VolumeDriver."+method, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || out.Err != "" {
+			t.Fatalf("%s: %v %s", method, err, out.Err)
+		}
+		return out
+	}
+	call("Create", fmt.Sprintf(`{"Name":"v","Opts":{"source":%q,"state":"cached"}}`, src))
+	mp := call("Mount", `{"Name":"v","ID":"c1"}`).Mountpoint
+
+	// The governor goes back to one CPU 200 ms after the last share work;
+	// sample often enough not to miss the raise.
+	var most atomic.Int64
+	sampled := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if n := int64(runtime.GOMAXPROCS(0)); n > most.Load() {
+				most.Store(n)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Microsecond):
+			}
+		}
+	}()
+	names, err := os.ReadDir(mp)
+	if err != nil || len(names) != 1 {
+		t.Fatalf("listing the mount: %v %v", names, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(mp, "f")); err != nil || string(b) != "from the host" {
+		t.Fatalf("reading through the mount: %q %v", b, err)
+	}
+	close(done)
+	<-sampled
+	if got := most.Load(); got != int64(procs) {
+		t.Errorf("a cold listing and read through a served volume: GOMAXPROCS at most %d, want %d (every CPU)", got, procs)
+	}
+	call("Unmount", `{"Name":"v","ID":"c1"}`)
+	if code := stop(); code != 0 {
+		t.Fatalf("exit %d", code)
 	}
 }
