@@ -86,7 +86,11 @@ func (d *Dir) Remove(name string) error {
 	if !validName(name) {
 		return d.err("remove", name, ErrEscape)
 	}
-	return d.err("remove", name, removeAt(d.fd, name))
+	wasDir, err := removeAt(d.fd, name)
+	if wasDir {
+		d.r.forget(joinRel(d.rel, name))
+	}
+	return d.err("remove", name, err)
 }
 
 // Sync fsyncs the directory itself (its entries).

@@ -44,8 +44,9 @@ const resolveBeneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RE
 // Root is an open host directory beneath which all operations are confined.
 // It is safe for concurrent use.
 type Root struct {
-	dir string // host path of the directory, for messages
-	fd  int    // O_PATH|O_DIRECTORY fd of the directory
+	dir     string   // host path of the directory, for messages
+	fd      int      // O_PATH|O_DIRECTORY fd of the directory
+	parents *parents // directories kept open between operations (nil: none; see KeepParents)
 }
 
 // Entry is one directory entry with its lstat.
@@ -84,6 +85,9 @@ func (r *Root) Close() error {
 	}
 	fd := r.fd
 	r.fd = -1
+	if r.parents != nil {
+		r.parents.closeAll()
+	}
 	if err := unix.Close(fd); err != nil {
 		return &os.PathError{Op: "close root", Path: r.dir, Err: err}
 	}
@@ -199,8 +203,9 @@ func (e *errnoError) Unwrap() []error {
 // parent returns a directory fd holding rel's final component and that
 // component's name. A single-component rel (and "" for the Root itself,
 // named ".") is acted on directly from the Root's fd with no syscall; deeper
-// rels open their parent with openat2 beneath the Root. The caller must
-// release the fd. rel must be clean.
+// rels open their parent with openat2 beneath the Root, or take it from the
+// directories kept open (KeepParents). The caller must release the fd. rel
+// must be clean.
 func (r *Root) parent(rel string) (int, string, error) {
 	i := strings.LastIndexByte(rel, '/')
 	if i < 0 {
@@ -210,7 +215,13 @@ func (r *Root) parent(rel string) (int, string, error) {
 		return r.fd, rel, nil
 	}
 	how := unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: resolveBeneath}
-	fd, err := openat2(r.fd, rel[:i], &how)
+	var fd int
+	var err error
+	if r.parents != nil {
+		fd, err = r.parents.get(r.fd, rel[:i], &how)
+	} else {
+		fd, err = openat2(r.fd, rel[:i], &how)
+	}
 	if err != nil {
 		switch err {
 		case unix.ELOOP, unix.EXDEV:
@@ -223,10 +234,23 @@ func (r *Root) parent(rel string) (int, string, error) {
 	return fd, rel[i+1:], nil
 }
 
-// release closes a parent fd from parent unless it is the Root's own.
+// release closes a parent fd from parent unless it is the Root's own or
+// one kept open.
 func (r *Root) release(fd int) {
-	if fd != r.fd && fd >= 0 {
-		unix.Close(fd)
+	if fd == r.fd || fd < 0 {
+		return
+	}
+	if r.parents != nil && r.parents.put(fd) {
+		return
+	}
+	unix.Close(fd)
+}
+
+// forget tells the kept directories that rel (clean) was renamed or removed,
+// with everything below it.
+func (r *Root) forget(rel string) {
+	if r.parents != nil {
+		r.parents.forget(rel)
 	}
 }
 
@@ -512,7 +536,12 @@ func (r *Root) Rename(oldRel, newRel string, flags uint) error {
 		}
 		defer r.release(ndfd)
 	}
-	return r.linkErr("rename", oc, nc, unix.Renameat2(odfd, oname, ndfd, nname, flags))
+	err = unix.Renameat2(odfd, oname, ndfd, nname, flags)
+	if err == nil {
+		r.forget(oc)
+		r.forget(nc) // a directory renamed over, or the other half of an exchange
+	}
+	return r.linkErr("rename", oc, nc, err)
 }
 
 // Remove unlinks a non-directory or removes an empty directory at rel.
@@ -529,23 +558,28 @@ func (r *Root) Remove(rel string) error {
 		return r.pathErr("remove", c, err)
 	}
 	defer r.release(dfd)
-	return r.pathErr("remove", c, removeAt(dfd, name))
+	wasDir, err := removeAt(dfd, name)
+	if wasDir {
+		r.forget(c)
+	}
+	return r.pathErr("remove", c, err)
 }
 
 // errIsRoot refuses to remove the Root itself (EBUSY, as for a mountpoint).
 var errIsRoot = &errnoError{errno: unix.EBUSY, msg: "refusing to remove the source itself"}
 
 // removeAt removes one entry like os.Remove: unlink, then rmdir if it is a
-// directory (Linux says EISDIR; some file systems say EPERM).
-func removeAt(dfd int, name string) error {
-	err := unix.Unlinkat(dfd, name, 0)
+// directory (Linux says EISDIR; some file systems say EPERM). wasDir reports
+// that a directory was removed.
+func removeAt(dfd int, name string) (wasDir bool, err error) {
+	err = unix.Unlinkat(dfd, name, 0)
 	if err == nil || (err != unix.EISDIR && err != unix.EPERM) {
-		return err
+		return false, err
 	}
 	if err1 := unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR); err1 != unix.ENOTDIR {
-		return err1
+		return err1 == nil, err1
 	}
-	return err
+	return false, err
 }
 
 // RemoveAll removes rel and everything below it without following symlinks.
@@ -571,7 +605,9 @@ func (r *Root) RemoveAll(rel string) error {
 		return r.pathErr("removeall", c, err)
 	}
 	defer r.release(dfd)
-	return r.pathErr("removeall", c, removeAllAt(dfd, name))
+	err = removeAllAt(dfd, name)
+	r.forget(c) // also after an error: part of it may be gone
+	return r.pathErr("removeall", c, err)
 }
 
 // removeAllAt removes name in dfd and everything beneath it. Entries that
@@ -745,26 +781,26 @@ func (r *Root) Truncate(rel string, size int64) error {
 	return r.pathErr("truncate", c, err)
 }
 
-// procFd is the magic link of an open fd. Following it (getxattr, chmod)
-// lands on the very inode the fd holds, even when that is a symlink; the
-// l* variants would act on the /proc link instead, so they are not used.
+// procFd is the magic link of an open fd. Following it (chmod, or on the way
+// to a name in a directory fd) lands on the very inode the fd holds, even
+// when that is a symlink; an l* call on the link itself would act on the
+// /proc link instead.
 func procFd(fd int) string {
 	var b [32]byte
 	return string(strconv.AppendInt(append(b[:0], "/proc/self/fd/"...), int64(fd), 10))
 }
 
-// xattrPath opens rel itself (O_PATH|O_NOFOLLOW: a symlink is the link) and
-// returns its /proc/self/fd path and the fd to close (-1 for the Root's own).
-// There is no portable *at xattr syscall (getxattrat is Linux 6.13+).
-func (r *Root) xattrPath(rel string) (string, int, error) {
-	if rel == "" {
-		return procFd(r.fd), -1, nil
-	}
-	fd, err := r.openBeneath(rel, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+// xattrPath names rel itself for the xattr syscalls, which have no *at form
+// (getxattrat is Linux 6.13+): /proc/self/fd/<parent>/<name>. The magic link
+// lands on the directory the parent fd holds, beneath the Root, and <name> is
+// one component (or "." for the Root itself), which the l* calls used with
+// the path do not follow: a symlink is the link. The caller releases dfd.
+func (r *Root) xattrPath(rel string) (p string, dfd int, err error) {
+	dfd, name, err := r.parent(rel)
 	if err != nil {
 		return "", -1, err
 	}
-	return procFd(fd), fd, nil
+	return procFd(dfd) + "/" + name, dfd, nil
 }
 
 // validOpenFlags are the open flags openat2 accepts (the kernel's
@@ -805,12 +841,6 @@ func (r *Root) openBeneath(rel string, flags int, mode uint32) (int, error) {
 	return fd, err
 }
 
-func closeFd(fd int) {
-	if fd >= 0 {
-		unix.Close(fd)
-	}
-}
-
 // Getxattr, Setxattr, Listxattr and Removexattr act on rel itself, never on
 // a symlink's target. (The kernel refuses user.* xattrs on symlinks: EPERM.)
 func (r *Root) Getxattr(rel, name string, dest []byte) (int, error) {
@@ -818,12 +848,12 @@ func (r *Root) Getxattr(rel, name string, dest []byte) (int, error) {
 	if !ok {
 		return 0, r.pathErr("getxattr", rel, ErrEscape)
 	}
-	p, fd, err := r.xattrPath(c)
+	p, dfd, err := r.xattrPath(c)
 	if err != nil {
 		return 0, r.pathErr("getxattr", c, err)
 	}
-	n, err := unix.Getxattr(p, name, dest)
-	closeFd(fd)
+	n, err := unix.Lgetxattr(p, name, dest)
+	r.release(dfd)
 	return n, r.pathErr("getxattr", c, err)
 }
 
@@ -832,12 +862,12 @@ func (r *Root) Setxattr(rel, name string, data []byte, flags int) error {
 	if !ok {
 		return r.pathErr("setxattr", rel, ErrEscape)
 	}
-	p, fd, err := r.xattrPath(c)
+	p, dfd, err := r.xattrPath(c)
 	if err != nil {
 		return r.pathErr("setxattr", c, err)
 	}
-	err = unix.Setxattr(p, name, data, flags)
-	closeFd(fd)
+	err = unix.Lsetxattr(p, name, data, flags)
+	r.release(dfd)
 	return r.pathErr("setxattr", c, err)
 }
 
@@ -846,12 +876,12 @@ func (r *Root) Listxattr(rel string, dest []byte) (int, error) {
 	if !ok {
 		return 0, r.pathErr("listxattr", rel, ErrEscape)
 	}
-	p, fd, err := r.xattrPath(c)
+	p, dfd, err := r.xattrPath(c)
 	if err != nil {
 		return 0, r.pathErr("listxattr", c, err)
 	}
-	n, err := unix.Listxattr(p, dest)
-	closeFd(fd)
+	n, err := unix.Llistxattr(p, dest)
+	r.release(dfd)
 	return n, r.pathErr("listxattr", c, err)
 }
 
@@ -860,11 +890,11 @@ func (r *Root) Removexattr(rel, name string) error {
 	if !ok {
 		return r.pathErr("removexattr", rel, ErrEscape)
 	}
-	p, fd, err := r.xattrPath(c)
+	p, dfd, err := r.xattrPath(c)
 	if err != nil {
 		return r.pathErr("removexattr", c, err)
 	}
-	err = unix.Removexattr(p, name)
-	closeFd(fd)
+	err = unix.Lremovexattr(p, name)
+	r.release(dfd)
 	return r.pathErr("removexattr", c, err)
 }

@@ -22,6 +22,10 @@ type fixture struct {
 	r                          *Root
 }
 
+// keptParents, when above 0, makes newFixture's Root keep that many parent
+// directories open (TestKeptParentsKeepEveryGuarantee runs tests so).
+var keptParents int
+
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	base := t.TempDir()
@@ -37,6 +41,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.KeepParents(keptParents)
 	t.Cleanup(func() { r.Close() })
 	f.r = r
 	return f

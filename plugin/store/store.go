@@ -136,6 +136,11 @@ type Store struct {
 	prefetch *prefetcher // read-ahead from the host
 }
 
+// keptDirs is how many store directories stay open between operations:
+// enough for an untar's or a build's working set, a few hundred KiB of
+// kernel memory per store at most.
+const keptDirs = 64
+
 // Open opens (creating if needed) the store described by cfg. For the
 // delegated state it replays the journal and resumes writeback of whatever an
 // earlier run left unwritten.
@@ -153,6 +158,9 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: open tree: %w", err)
 	}
+	// Containers change the tree only through this store, so its
+	// directories may stay open between operations (hostpath.parents).
+	local.KeepParents(keptDirs)
 	if cfg.PopulatedLog <= 0 {
 		cfg.PopulatedLog = populatedLogMax
 	}
