@@ -98,15 +98,22 @@ type FlushError struct {
 	Failed map[string]error // rel -> last error
 }
 
-// flushErrorDetail is how many paths Error spells out with their error;
-// the rest are named only, so the message stays one readable line.
-const flushErrorDetail = 10
+// flushErrorDetail is how many paths Error spells out with their error, and
+// errorPaths how many an error names at most; the rest are counted. An
+// error goes to the docker CLI and to one log line: a flush cut short in an
+// untarred tree leaves tens of thousands of paths, which were once all
+// named there. (bindstate status shows the failures; the journal keeps
+// every path.)
+const (
+	flushErrorDetail = 10
+	errorPaths       = 20
+)
 
 func (e *FlushError) Error() string {
 	rels := e.paths()
 	var b strings.Builder
 	fmt.Fprintf(&b, "writeback failed for %d path(s), kept and retrying: ", len(rels))
-	for i, rel := range rels {
+	for i, rel := range rels[:min(len(rels), errorPaths)] {
 		if i > 0 {
 			b.WriteString("; ")
 		}
@@ -116,7 +123,19 @@ func (e *FlushError) Error() string {
 			fmt.Fprintf(&b, "%q", rel)
 		}
 	}
+	if more := len(rels) - errorPaths; more > 0 {
+		fmt.Fprintf(&b, "; and %d more", more)
+	}
 	return b.String()
+}
+
+// pendingError names the paths a Flush left pending (sorted), at most
+// errorPaths of them.
+func pendingError(pending []string) error {
+	if more := len(pending) - errorPaths; more > 0 {
+		return fmt.Errorf("writeback: %d path(s) still pending: %q and %d more", len(pending), pending[:errorPaths], more)
+	}
+	return fmt.Errorf("writeback: %d path(s) still pending: %q", len(pending), pending)
 }
 
 // Unwrap lets errors.Is/As see the Putter's errors (in path order).
@@ -507,7 +526,7 @@ func (q *Queue) Flush(ctx context.Context, prefixes ...string) error {
 	var errs []error
 	if len(pending) > 0 {
 		slices.Sort(pending)
-		errs = append(errs, cause, fmt.Errorf("writeback: %d path(s) still pending: %q", len(pending), pending))
+		errs = append(errs, cause, pendingError(pending))
 	}
 	if len(f.failed) > 0 {
 		errs = append(errs, &FlushError{Failed: f.failed})

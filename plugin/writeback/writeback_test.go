@@ -484,6 +484,49 @@ func TestFlushTimeoutNamesPendingPaths(t *testing.T) {
 	wantJournal(t, r.j)
 }
 
+// A Flush cut short in a big tree (an untar the share could not take in
+// time) names a few of the paths it left and counts the rest: the error is
+// one line for the docker CLI and the log, not tens of thousands of names.
+func TestFlushErrorsNameAFewPathsAndCountTheRest(t *testing.T) {
+	r := newRig(t, Options{Delay: never})
+	var rels []string
+	for i := range 30 {
+		rels = append(rels, fmt.Sprintf("p%02d", i))
+	}
+	r.dirty(t, rels...)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := result(t, r.flush(ctx))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("want DeadlineExceeded, got %v", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"30 path(s) still pending", `"p00"`, `"p19"`, "and 10 more"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("pending error %q does not say %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, `"p20"`) {
+		t.Errorf("pending error names more than %d paths: %q", errorPaths, msg)
+	}
+
+	failed := map[string]error{}
+	for i := range 25 {
+		failed[fmt.Sprintf("f%02d", i)] = fmt.Errorf("refused %d", i)
+	}
+	msg = (&FlushError{Failed: failed}).Error()
+	for _, want := range []string{"25 path(s)", `"f00": refused 0`, `"f09": refused 9`, `"f19"`, "and 5 more"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("FlushError %q does not say %q", msg, want)
+		}
+	}
+	for _, not := range []string{"refused 10", `"f20"`} {
+		if strings.Contains(msg, not) {
+			t.Errorf("FlushError %q says %q", msg, not)
+		}
+	}
+}
+
 // rule D2: fsync of one file waits for that file's writeback only.
 func TestD2_FlushOfOnePathDoesNotWaitForOthers(t *testing.T) {
 	r := newRig(t, Options{Delay: time.Millisecond})
