@@ -86,11 +86,7 @@ func (d *Dir) Remove(name string) error {
 	if !validName(name) {
 		return d.err("remove", name, ErrEscape)
 	}
-	wasDir, err := removeAt(d.fd, name)
-	if wasDir {
-		d.r.forget(joinRel(d.rel, name))
-	}
-	return d.err("remove", name, err)
+	return d.err("remove", name, d.r.removeIn(d.fd, name, joinRel(d.rel, name)))
 }
 
 // Sync fsyncs the directory itself (its entries).

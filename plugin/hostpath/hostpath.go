@@ -16,8 +16,9 @@
 //
 // These calls run on every FUSE operation of a store, so the common case is
 // kept cheap: a single-component rel is acted on directly from the Root's fd
-// (one syscall, no openat2), a rel that is already canonical is not copied,
-// and error paths are only built when there is an error.
+// (one syscall, no openat2), a store's Root keeps the parent directories it
+// used last open (KeepParents, parents.go), a rel that is already canonical
+// is not copied, and error paths are only built when there is an error.
 package hostpath
 
 import (
@@ -246,12 +247,22 @@ func (r *Root) release(fd int) {
 	unix.Close(fd)
 }
 
-// forget tells the kept directories that rel (clean) was renamed or removed,
-// with everything below it.
-func (r *Root) forget(rel string) {
+// forget tells the kept directories that rels (clean) were renamed or
+// removed, with everything below them.
+func (r *Root) forget(rels ...string) {
 	if r.parents != nil {
-		r.parents.forget(rel)
+		r.parents.forget(rels...)
 	}
+}
+
+// removeIn removes name in directory dfd like os.Remove (removeAt), and
+// forgets rel, its path, if that was a directory.
+func (r *Root) removeIn(dfd int, name, rel string) error {
+	wasDir, err := removeAt(dfd, name)
+	if wasDir {
+		r.forget(rel)
+	}
+	return err
 }
 
 // openat retries EINTR, which slow shares (NFS, sshfs) may return.
@@ -538,8 +549,7 @@ func (r *Root) Rename(oldRel, newRel string, flags uint) error {
 	}
 	err = unix.Renameat2(odfd, oname, ndfd, nname, flags)
 	if err == nil {
-		r.forget(oc)
-		r.forget(nc) // a directory renamed over, or the other half of an exchange
+		r.forget(oc, nc) // nc: a directory renamed over, or the other half of an exchange
 	}
 	return r.linkErr("rename", oc, nc, err)
 }
@@ -558,11 +568,7 @@ func (r *Root) Remove(rel string) error {
 		return r.pathErr("remove", c, err)
 	}
 	defer r.release(dfd)
-	wasDir, err := removeAt(dfd, name)
-	if wasDir {
-		r.forget(c)
-	}
-	return r.pathErr("remove", c, err)
+	return r.pathErr("remove", c, r.removeIn(dfd, name, c))
 }
 
 // errIsRoot refuses to remove the Root itself (EBUSY, as for a mountpoint).

@@ -139,15 +139,19 @@ func (p *parents) put(fd int) bool {
 	return true
 }
 
-// forget stops keeping rel and everything below it. It is called after
-// every rename (both names) and removal of a directory through the Root.
-func (p *parents) forget(rel string) {
+// forget stops keeping rels and everything below them. It is called after
+// every rename (both names, in one call) and removal of a directory through
+// the Root.
+func (p *parents) forget(rels ...string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.gen++
 	for dir, e := range p.byRel {
-		if rel == "" || dir == rel || (strings.HasPrefix(dir, rel) && dir[len(rel)] == '/') {
-			p.dropLocked(e)
+		for _, rel := range rels {
+			if rel == "" || dir == rel || (strings.HasPrefix(dir, rel) && dir[len(rel)] == '/') {
+				p.dropLocked(e)
+				break
+			}
 		}
 	}
 }

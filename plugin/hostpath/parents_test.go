@@ -218,8 +218,9 @@ func TestKeptParentsDoNotKeepWhatMovedWhileOpening(t *testing.T) {
 }
 
 // Operations racing with renames and removals through the Root leave no
-// kept directory that is not what its name holds: a directory opened while
-// a rename ran is used once and not kept.
+// kept directory that is not what its name holds, and no data race (-race).
+// It fails when a rename does not forget; the narrower race of a directory
+// opened while a rename ran is TestKeptParentsDoNotKeepWhatMovedWhileOpening's.
 func TestKeptParentsStayTrueUnderConcurrentRenames(t *testing.T) {
 	f := newFixture(t)
 	f.r.KeepParents(8)
