@@ -113,29 +113,37 @@ func (e *FlushError) Error() string {
 	rels := e.paths()
 	var b strings.Builder
 	fmt.Fprintf(&b, "writeback failed for %d path(s), kept and retrying: ", len(rels))
+	writePaths(&b, rels, func(i int, rel string) {
+		if i < flushErrorDetail {
+			fmt.Fprintf(&b, ": %v", e.Failed[rel])
+		}
+	})
+	return b.String()
+}
+
+// pendingError names the paths a Flush left pending (sorted).
+func pendingError(pending []string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "writeback: %d path(s) still pending: ", len(pending))
+	writePaths(&b, pending, nil)
+	return errors.New(b.String())
+}
+
+// writePaths writes at most errorPaths of rels, quoted and separated by
+// "; ", then how many more there are. detail, if set, adds to the i-th.
+func writePaths(b *strings.Builder, rels []string, detail func(i int, rel string)) {
 	for i, rel := range rels[:min(len(rels), errorPaths)] {
 		if i > 0 {
 			b.WriteString("; ")
 		}
-		if i < flushErrorDetail {
-			fmt.Fprintf(&b, "%q: %v", rel, e.Failed[rel])
-		} else {
-			fmt.Fprintf(&b, "%q", rel)
+		fmt.Fprintf(b, "%q", rel)
+		if detail != nil {
+			detail(i, rel)
 		}
 	}
 	if more := len(rels) - errorPaths; more > 0 {
-		fmt.Fprintf(&b, "; and %d more", more)
+		fmt.Fprintf(b, "; and %d more", more)
 	}
-	return b.String()
-}
-
-// pendingError names the paths a Flush left pending (sorted), at most
-// errorPaths of them.
-func pendingError(pending []string) error {
-	if more := len(pending) - errorPaths; more > 0 {
-		return fmt.Errorf("writeback: %d path(s) still pending: %q and %d more", len(pending), pending[:errorPaths], more)
-	}
-	return fmt.Errorf("writeback: %d path(s) still pending: %q", len(pending), pending)
 }
 
 // Unwrap lets errors.Is/As see the Putter's errors (in path order).
