@@ -18,7 +18,8 @@ import (
 
 // failingCloseNode is a host file system (a go-fuse loopback) that behaves
 // like sshfs with a full server: writes are acknowledged, and the failure
-// comes from close (FLUSH) of a file opened for writing.
+// comes from close (FLUSH) of the open file they were written through, and
+// only that one (sshfs keeps a failed write per open file).
 type failingCloseNode struct{ fs.LoopbackNode }
 
 func (n *failingCloseNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -26,7 +27,7 @@ func (n *failingCloseNode) Open(ctx context.Context, flags uint32) (fs.FileHandl
 	if errno != 0 || flags&syscall.O_ACCMODE == syscall.O_RDONLY {
 		return fh, fl, errno
 	}
-	return &failingCloseFile{loopbackFile{fh}}, fl, 0
+	return &failingCloseFile{loopbackFile: loopbackFile{fh}}, fl, 0
 }
 
 // loopbackFile passes every file request on to the loopback's own handle;
@@ -55,9 +56,22 @@ func (f *loopbackFile) Release(ctx context.Context) syscall.Errno {
 	return f.inner.(fs.FileReleaser).Release(ctx)
 }
 
-type failingCloseFile struct{ loopbackFile }
+type failingCloseFile struct {
+	loopbackFile
+	wrote atomic.Bool
+}
 
-func (f *failingCloseFile) Flush(ctx context.Context) syscall.Errno { return syscall.EIO }
+func (f *failingCloseFile) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	f.wrote.Store(true)
+	return f.loopbackFile.Write(ctx, data, off)
+}
+
+func (f *failingCloseFile) Flush(ctx context.Context) syscall.Errno {
+	if f.wrote.Load() {
+		return syscall.EIO
+	}
+	return f.loopbackFile.Flush(ctx)
+}
 
 // mountHost serves root (a go-fuse loopback with its own node type) at
 // host, the source of a rig. The rig's store may still hold the host open
@@ -67,7 +81,12 @@ func (f *failingCloseFile) Flush(ctx context.Context) syscall.Errno { return sys
 func mountHost(t *testing.T, host string, root *fs.LoopbackRoot, name string) {
 	t.Helper()
 	root.RootNode = root.NewNode(root, nil, "", nil)
-	srv, err := fs.Mount(host, root.RootNode, &fs.Options{MountOptions: fuse.MountOptions{FsName: name}})
+	// Without passthrough, as sshfs: a FUSE file system that offers it
+	// may not be the backing file of another's passthrough (the kernel
+	// bounds the stacking), which would hide what the plugin does with
+	// one that does not.
+	srv, err := fs.Mount(host, root.RootNode, &fs.Options{MountOptions: fuse.MountOptions{FsName: name,
+		DisabledCapabilities: fuse.CAP_PASSTHROUGH}})
 	if err != nil {
 		t.Fatalf("mount the host: %v", err)
 	}

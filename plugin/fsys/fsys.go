@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -172,6 +173,34 @@ type filesystem struct {
 	attrTimeout time.Duration // Options.AttrTimeout
 	restat      *restater
 	opened      func(rel string) // Options.Opened; nil: not told
+
+	// fromHost counts, by store inode, the open handles the kernel serves
+	// from the host file (handle.fromHost): while any is open, the store
+	// copy's size and times are stale, so a lookup of another of its names
+	// (a hard link) answers with the host's (node.newChild).
+	fromHostMu sync.Mutex
+	fromHost   map[uint64]int
+}
+
+// countFromHost adds d to the handles served from the host for store
+// inode ino.
+func (f *filesystem) countFromHost(ino uint64, d int) {
+	f.fromHostMu.Lock()
+	defer f.fromHostMu.Unlock()
+	if f.fromHost == nil {
+		f.fromHost = make(map[uint64]int)
+	}
+	if f.fromHost[ino] += d; f.fromHost[ino] <= 0 {
+		delete(f.fromHost, ino)
+	}
+}
+
+// servedFromHost reports whether store inode ino is written on the host
+// now (countFromHost).
+func (f *filesystem) servedFromHost(ino uint64) bool {
+	f.fromHostMu.Lock()
+	defer f.fromHostMu.Unlock()
+	return f.fromHost[ino] > 0
 }
 
 // origin marks requests made by the syncer's own threads as host-origin

@@ -25,28 +25,44 @@ type handle struct {
 	// them on the first write our job, as the kernel would.
 	killPriv    atomic.Bool
 	wrote       atomic.Bool // BeginWrite done
-	passthrough bool        // the kernel reads and writes the store file itself
+	passthrough bool        // the kernel reads and writes the file itself
+	fromHost    bool        // passthrough to the host file (cached), not the store's
 	node        *node       // whose open counts include this handle
 }
 
-// PassthroughFd hands the kernel the store file for FUSE passthrough, when
-// the handle qualifies (see newHandle).
+// PassthroughFd hands the kernel the file for FUSE passthrough, when the
+// handle qualifies (see newHandle): the store file (delegated) or the
+// host file (cached).
 func (h *handle) PassthroughFd() (int, bool) {
 	if !h.passthrough {
 		return -1, false
 	}
-	return h.file.Fd(), true
+	return h.fd(), true
+}
+
+// fd is the file the kernel reads and writes for this handle: the host
+// file for one served from the host, else the store file.
+func (h *handle) fd() int {
+	if h.fromHost {
+		return h.file.HostFd()
+	}
+	return h.file.Fd()
 }
 
 // newHandle wraps an open store file. Opening for writing costs one fstat
 // and one fgetxattr on the store file, so that writes cost none.
 //
-// A delegated file is served by passthrough (unless the mount was made
-// without it): the kernel then does reads and writes on the store file
-// itself, at local-disk speed, and the plugin never sees them. So a handle
-// open for writing holds its path dirty in the journal from open to release
-// (BeginWrite now, not at the first write), and set-id bits are cleared at
-// open rather than at the first write.
+// A file open for writing only is served by passthrough (unless the mount
+// was made without it): the kernel then does reads and writes on a file
+// itself, and the plugin never sees them.
+//   - delegated: the store file, at local-disk speed. So a handle open for
+//     writing holds its path dirty in the journal from open to release
+//     (BeginWrite now, not at the first write), and set-id bits are
+//     cleared at open rather than at the first write.
+//   - cached: the host file (store.File.HostPassthrough), at the share's
+//     own speed, each write on the host before it returns (rule C3). Every
+//     open joining it is served from the host file too, and the store copy
+//     becomes a stub again at release.
 func (f *filesystem) newHandle(ctx context.Context, n *node, file *store.File, flags int) (*handle, error) {
 	h := &handle{file: file, fs: f, node: n}
 	write := flags&unix.O_ACCMODE != unix.O_RDONLY
@@ -63,7 +79,9 @@ func (f *filesystem) newHandle(ctx context.Context, n *node, file *store.File, f
 	// and unregister per open, and a GETATTR after each read (the kernel
 	// drops the cached atime). go list over GOROOT hot (make bench W1):
 	// 4.61x native with passthrough readers, 3.99x without.
-	want := f.passthrough && flags&unix.O_ACCMODE == unix.O_WRONLY && file.Passthrough(ctx)
+	want := f.passthrough && flags&unix.O_ACCMODE == unix.O_WRONLY &&
+		(file.Passthrough(ctx) || file.HostPassthrough())
+	fromHost := f.store.ServesFromHost()
 	n.opensMu.Lock()
 	switch {
 	case n.ptOpens > 0:
@@ -76,6 +94,16 @@ func (f *filesystem) newHandle(ctx context.Context, n *node, file *store.File, f
 		h.passthrough = false
 	default:
 		h.passthrough = want
+	}
+	if h.passthrough && fromHost {
+		// Before the open is counted (and so before another open can join
+		// it): the kernel may be handed this handle's file.
+		if err := file.ServeFromHost(); err != nil {
+			n.opensMu.Unlock()
+			return nil, err
+		}
+		h.fromHost = true
+		f.countFromHost(n.StableAttr().Ino, 1)
 	}
 	if h.passthrough {
 		n.ptOpens++
@@ -107,6 +135,9 @@ func (f *filesystem) newHandle(ctx context.Context, n *node, file *store.File, f
 // release uncounts the handle on its node.
 func (h *handle) release() {
 	h.node.opensMu.Lock()
+	if h.fromHost {
+		h.fs.countFromHost(h.node.StableAttr().Ino, -1)
+	}
 	if h.passthrough {
 		h.node.ptOpens--
 	} else {
@@ -198,14 +229,19 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	return h.errno(h.file.Sync(ctx), "fsync")
 }
 
+// Release closes the file before it uncounts the handle: a file written
+// from the host has its store copy marked stale in file.Release, and an
+// open that no longer joins this one (the counts at zero) must find it so.
 func (h *handle) Release(ctx context.Context) syscall.Errno {
+	err := h.file.Release()
 	h.release()
-	return h.errno(h.file.Release(), "release")
+	h.fs.store.CountOp("release")
+	return h.errno(err, "release")
 }
 
 func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 	var st unix.Stat_t
-	if err := unix.Fstat(h.file.Fd(), &st); err != nil {
+	if err := unix.Fstat(h.fd(), &st); err != nil {
 		return h.errno(err, "fstat")
 	}
 	fillAttr(&out.Attr, &st)
@@ -218,7 +254,7 @@ func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uin
 }
 
 func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
-	n, err := unix.Seek(h.file.Fd(), int64(off), int(whence))
+	n, err := unix.Seek(h.fd(), int64(off), int(whence))
 	if err != nil {
 		return 0, h.errno(err, "lseek")
 	}

@@ -112,9 +112,18 @@ func (n *node) child(name string) string {
 	return p + "/" + name
 }
 
-func (n *node) newChild(ctx context.Context, st *unix.Stat_t, out *fuse.EntryOut) *fs.Inode {
+// newChild hands the kernel the entry rel, whose store attributes are st.
+func (n *node) newChild(ctx context.Context, rel string, st *unix.Stat_t, out *fuse.EntryOut) *fs.Inode {
+	id := idFromStat(st)
+	if n.fs.servedFromHost(st.Ino) {
+		// Written on the host now (another name of a file open for
+		// writing): the store copy's size and times are stale.
+		if hst, err := n.fs.store.HostLstat(rel); err == nil {
+			st = &hst
+		}
+	}
 	fillAttr(&out.Attr, st)
-	return n.NewInode(ctx, &node{fs: n.fs}, idFromStat(st))
+	return n.NewInode(ctx, &node{fs: n.fs}, id)
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -125,11 +134,12 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		}
 		n.populated.Store(true)
 	}
-	st, err := n.fs.store.Lstat(n.child(name))
+	rel := n.child(name)
+	st, err := n.fs.store.Lstat(rel)
 	if err != nil {
-		return nil, n.fs.errno(err, "lookup", n.child(name))
+		return nil, n.fs.errno(err, "lookup", rel)
 	}
-	return n.newChild(ctx, &st, out), 0
+	return n.newChild(ctx, rel, &st, out), 0
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -137,9 +147,18 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	n.getattrs.Add(1)
 	var st unix.Stat_t
 	var err error
-	if h, ok := f.(*handle); ok && h != nil {
-		err = unix.Fstat(h.file.Fd(), &st)
-	} else {
+	// Without a handle from the kernel, go-fuse passes one of the file's
+	// open ones: a file written from the host is stat'ed there (handle.fd).
+	// It passes none while the last one is being released, which for a
+	// file written from the host is while its store copy is made a stub
+	// again: the host has the attributes then.
+	h, _ := f.(*handle)
+	switch {
+	case h != nil:
+		err = unix.Fstat(h.fd(), &st)
+	case n.fs.servedFromHost(n.StableAttr().Ino):
+		st, err = n.fs.store.HostLstat(n.path())
+	default:
 		st, err = n.fs.store.Lstat(n.path())
 	}
 	if err != nil {
@@ -206,11 +225,12 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 
 // created looks up what an operation just made and hands it to the kernel.
 func (n *node) created(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	st, err := n.fs.store.Lstat(n.child(name))
+	rel := n.child(name)
+	st, err := n.fs.store.Lstat(rel)
 	if err != nil {
-		return nil, n.fs.errno(err, "lstat", n.child(name))
+		return nil, n.fs.errno(err, "lstat", rel)
 	}
-	return n.newChild(ctx, &st, out), 0
+	return n.newChild(ctx, rel, &st, out), 0
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -310,6 +330,13 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		f.Release()
 		return nil, nil, 0, n.fs.errno(err, "create", rel)
+	}
+	if h.fromHost {
+		// Written on the host from now on: its times are the ones the
+		// container sees (a file left empty has no write to refresh them).
+		if err := unix.Fstat(h.fd(), &st); err == nil {
+			fillAttr(&out.Attr, &st)
+		}
 	}
 	return inode, h, openFlags(f), 0
 }

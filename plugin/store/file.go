@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -20,6 +21,13 @@ type File struct {
 	host  *os.File // cached state, opened for writing: the host half
 	write bool
 	mu    sync.Mutex // guards host during Release
+
+	// servedFromHost: the kernel reads and writes the host file itself
+	// (ServeFromHost), so the store copy learns nothing of those writes
+	// and is made a stub again at Release. hostRead is the host file opened
+	// for such a handle that has no host half (a reader).
+	servedFromHost bool
+	hostRead       *os.File
 
 	unbusy func() // ends the host refresh's hands-off for a cached writer
 	held   string // delegated: the path Hold was taken on at the first write ("" if none)
@@ -79,6 +87,15 @@ func (s *Store) Open(ctx context.Context, rel string, flags int, relNow func() (
 		}
 		f.local.Close()
 		if err := s.fetchForOpen(rel); err != nil {
+			if isNoSpace(err) {
+				// The store is full: the host file itself serves this
+				// reader, as it is what the stub stands for.
+				if hf, herr := s.host.OpenFile(rel, unix.O_RDONLY, 0); herr == nil {
+					s.log.Warn("the local store is full: reading from the host", "path", rel, "err", err)
+					f.local = hf
+					return f, nil
+				}
+			}
 			return nil, err
 		}
 		return f, open()
@@ -310,7 +327,10 @@ func (f *File) Release() error {
 		}
 		f.s.queue.Release(held)
 	}
-	if f.host != nil {
+	switch {
+	case f.servedFromHost && f.host != nil:
+		f.restub()
+	case f.host != nil:
 		for _, r := range f.rels() {
 			f.s.rebase(r)
 		}
@@ -329,6 +349,10 @@ func (f *File) closeAll() error {
 	if f.host != nil {
 		err = f.host.Close()
 		f.host = nil
+	}
+	if f.hostRead != nil {
+		f.hostRead.Close()
+		f.hostRead = nil
 	}
 	if f.local != nil {
 		if e := f.local.Close(); err == nil {
@@ -407,4 +431,114 @@ func (f *File) BeginWrite(ctx context.Context) error {
 // plugin.
 func (f *File) Passthrough(ctx context.Context) bool {
 	return f.host == nil && f.s.routeFor(ctx) == routeJournal
+}
+
+// HostPassthrough reports whether the kernel may write this file's host
+// half directly (FUSE passthrough to the host file): a cached file open
+// for writing. Rule C3 wants each write on the host before it returns; a
+// write sent to the plugin, which writes the store and then the share,
+// costs a round trip to the plugin on top of the share's own, so a cached
+// writer was twice as slow as a bind mount of the share (make bench W2).
+// Served from the host, it costs what the bind mount costs, and the store
+// copy, which sees none of those writes, is fetched again after Release.
+//
+// Only where the source's file system keeps a failed write with the file,
+// not with one open file of it (writersFromHost): not over sshfs.
+func (f *File) HostPassthrough() bool {
+	return f.host != nil && f.s.writersFromHost
+}
+
+// ServesFromHost reports whether the store serves passthrough opens from
+// the host file (a cached store whose writers are, see HostPassthrough)
+// rather than from the store file (delegated). A cached store that does
+// not serve its writers so has no passthrough opens.
+func (s *Store) ServesFromHost() bool { return s.queue == nil }
+
+// ServeFromHost is called when the kernel is handed the host file of f
+// for passthrough (HostPassthroughFd). A reader that joins a file open by
+// such a writer (the kernel serves every open of a file from one backing
+// file while any passthrough open lasts) has no host half: one is opened
+// for reading, so that whichever of them the kernel is handed, it is the
+// host file, never the store copy the writes do not reach.
+func (f *File) ServeFromHost() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.servedFromHost = true
+	if f.host != nil || f.hostRead != nil {
+		return nil
+	}
+	rel, ok := f.rel()
+	if !ok {
+		rel = f.name
+	}
+	hf, err := f.s.host.OpenFile(rel, unix.O_RDONLY, 0)
+	if err != nil {
+		return fmt.Errorf("open %q on the host for passthrough: %w", rel, err)
+	}
+	f.hostRead = hf
+	return nil
+}
+
+// HostFd is the host file the kernel is handed for passthrough
+// (ServeFromHost), or -1.
+func (f *File) HostFd() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.host != nil:
+		return int(f.host.Fd())
+	case f.hostRead != nil:
+		return int(f.hostRead.Fd())
+	}
+	return -1
+}
+
+// restub makes the store copy of a file the kernel wrote on the host
+// (ServeFromHost) a stub of the host file as it is now: its size, mtime and
+// base the host's, its content fetched at the next open. That is cheaper
+// than copying it back (a writer's output is seldom read back at once) and
+// cannot go stale: the stub is marked before the open counts drop (see
+// fsys handle.Release), so no open finds the old content. If the host file
+// cannot be read, the copy is still marked a stub: the next open then
+// fails with the share's error instead of reading what the host lost.
+func (f *File) restub() {
+	rel := f.Rel()
+	fd := int(f.local.Fd())
+	var st unix.Stat_t
+	serr := unix.Fstat(int(f.host.Fd()), &st)
+	if serr != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		f.s.log.Warn("stat of a host-written file failed; its store copy is fetched again at the next open", "path", rel, "err", serr)
+		if err := unix.Fsetxattr(fd, xattrStub, []byte("1"), 0); err != nil {
+			f.s.log.Error("marking a host-written file's store copy stale", "path", rel, "err", err)
+		}
+		return
+	}
+	// Marked first: a crash between these steps leaves a stub, fetched
+	// again, never a stale copy taken for the host's.
+	if st.Size > 0 {
+		if err := unix.Fsetxattr(fd, xattrStub, []byte("1"), 0); err != nil {
+			f.s.log.Error("marking a host-written file's store copy stale", "path", rel, "err", err)
+		}
+	}
+	if err := unix.Ftruncate(fd, st.Size); err != nil {
+		f.s.log.Warn("truncating a host-written file's store copy", "path", rel, "err", err)
+	}
+	if st.Size == 0 {
+		// Empty on the host: the truncated copy is the content.
+		if err := unix.Fremovexattr(fd, xattrStub); err != nil && !errors.Is(err, unix.ENODATA) {
+			f.s.log.Warn("unmarking an empty host-written file's store copy", "path", rel, "err", err)
+		}
+	}
+	// Both times: the container saw the host file's while it was open.
+	if err := futimens(fd, []unix.Timespec{st.Atim, st.Mtim}); err != nil {
+		f.s.log.Warn("setting a host-written file's store times", "path", rel, "err", err)
+	}
+	if err := unix.Fsetxattr(fd, xattrBase, baseOf(&st).encode(), 0); err != nil {
+		f.s.log.Warn("recording a host-written file's base", "path", rel, "err", err)
+	}
+}
+
+// isNoSpace reports whether err is the store's disk or quota being full.
+func isNoSpace(err error) bool {
+	return errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT)
 }

@@ -207,6 +207,10 @@ func (s *Store) rebase(rel string) {
 // Lstat returns the attributes of rel as the container sees them.
 func (s *Store) Lstat(rel string) (unix.Stat_t, error) { return s.local.Lstat(rel) }
 
+// HostLstat returns the attributes of rel on the host: what the container
+// sees of a file the kernel writes on the host (File.ServeFromHost).
+func (s *Store) HostLstat(rel string) (unix.Stat_t, error) { return s.host.Lstat(rel) }
+
 // ReadDir lists dir as the container sees it.
 func (s *Store) ReadDir(dir string) ([]hostpath.Entry, error) {
 	if err := s.EnsurePopulated(dir); err != nil {

@@ -83,9 +83,12 @@ type Store struct {
 	journal *journal.Journal // nil unless delegated
 	queue   *writeback.Queue // nil unless delegated
 	through atomic.Bool      // delegated, but writing through (SetWriteThrough: rules C4, D5)
-	log     *slog.Logger
-	apply   sync.RWMutex
-	locks   keyedMutex // per-path: populate and fetch happen once
+	// writersFromHost: cached, and the source's file system reports a
+	// failed write to any close of the file (see writersFromHost).
+	writersFromHost bool
+	log             *slog.Logger
+	apply           sync.RWMutex
+	locks           keyedMutex // per-path: populate and fetch happen once
 
 	// baseLocks make the few syscalls that move a path's base between its
 	// store entry and its tombstone one step: a Put recording what it wrote
@@ -166,6 +169,11 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s := &Store{host: cfg.Host, local: local, state: cfg.State, log: cfg.Log, populatedMax: cfg.PopulatedLog,
 		shareWork: cfg.ShareWork}
+	if cfg.State == consistency.Cached {
+		var why string
+		s.writersFromHost, why = writersFromHost(cfg.Host.Fd())
+		cfg.Log.Info("cached writers", "served_from_host", s.writersFromHost, "because_the_source_is", why)
+	}
 	if s.shareWork == nil {
 		s.shareWork = func() {}
 	}

@@ -1,0 +1,83 @@
+package store
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// fuseSuperMagic is statfs's f_type of every FUSE file system (sshfs,
+// rclone mount, virtiofs alike).
+const fuseSuperMagic = 0x65735546
+
+// writersFromHost decides, once per store, whether a cached writer may be
+// served from the host file (File.HostPassthrough), and says why.
+//
+// The kernel opens a file of its own on the host for a passthrough open and
+// writes through that; the plugin's own descriptor of the file sees none of
+// it. That is as good as a bind mount where the host's file system reports
+// a failed write to the write itself or to any close of the file: kernel
+// file systems keep writeback errors with the file (NFS, SMB, 9p, virtiofs,
+// ext4), so the plugin's close of its own descriptor at the container's
+// close (handle.Flush) still reports them. A FUSE file system run by a
+// process (sshfs, rclone) may acknowledge a write before its server has it
+// and keep the failure with that one open file (sshfs does): the failure of
+// the kernel's writes would be reported to nobody and the data lost, so
+// there every write goes through the plugin's open file, as before.
+func writersFromHost(host int) (bool, string) {
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(host, &fs); err != nil {
+		return false, fmt.Sprintf("statfs failed: %v", err)
+	}
+	if fs.Type != fuseSuperMagic {
+		return true, fmt.Sprintf("a kernel file system (type %#x)", fs.Type)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(host, &st); err != nil {
+		return false, fmt.Sprintf("stat failed: %v", err)
+	}
+	kind, err := mountType(unix.Major(st.Dev), unix.Minor(st.Dev))
+	switch {
+	case err != nil:
+		return false, fmt.Sprintf("a FUSE file system (%v)", err)
+	case kind == "virtiofs":
+		// The kernel's FUSE client over a VM's device: its server
+		// answers a write once done, and the client keeps writeback
+		// errors with the file, as other kernel file systems do.
+		return true, "virtiofs"
+	default:
+		return false, fmt.Sprintf("a FUSE file system run by a process (%s)", kind)
+	}
+}
+
+// mountType is the file system type of the mount of device major:minor,
+// from /proc/self/mountinfo.
+func mountType(major, minor uint32) (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	dev := fmt.Sprintf("%d:%d", major, minor)
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		// ID PARENT MAJOR:MINOR ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 3 || fields[2] != dev {
+			continue
+		}
+		for i, fld := range fields {
+			if fld == "-" && i+1 < len(fields) {
+				return fields[i+1], nil
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", err
+	}
+	return "", fmt.Errorf("device %s not in /proc/self/mountinfo", dev)
+}
