@@ -257,6 +257,36 @@ class Share:
         return env
 
 
+class LocalShare:
+    """A source on a kernel file system instead of the slow share (--share
+    local): H bind-mounted at S. What a state costs over a source that is
+    not FUSE (NFS, SMB, 9p and virtiofs are kernel file systems too, and the
+    plugin treats them alike; none can be served on this machine), e.g.
+    cached writers served from the host file. Peers need the sshd."""
+
+    def __init__(self, hostdir, mp):
+        self.hostdir, self.mp = hostdir, mp
+
+    def up(self):
+        if mounted(self.mp):
+            self.down()
+        os.makedirs(self.mp, exist_ok=True)
+        run(["mount", "--bind", self.hostdir, self.mp], timeout=30)
+
+    def down(self):
+        run(["umount", self.mp], timeout=30, check=False)
+
+    def remount(self):
+        """Nothing is cached in a bind mount; drop_caches does the rest."""
+
+    def env(self):
+        raise BenchError("the peers need the sshfs share: run them without --share local")
+
+
+SHARES = {"sshfs": Share, "local": LocalShare}
+SHARE_TEXT = {"sshfs": "sshfs over loopback sshd", "local": "none: a local ext4 folder, bind-mounted (--share local)"}
+
+
 # ------------------------------------------------------------------ plugin
 
 class UnixHTTP(http.client.HTTPConnection):
@@ -840,7 +870,8 @@ class Bench:
                 shutil.rmtree(d)
         os.makedirs(self.H)
         os.makedirs(os.path.join(self.work, "gocache"), exist_ok=True)
-        self.share = Share(self.H, self.S)
+        self.share = SHARES[a.share](self.H, self.S)
+        self.meta["share"] = SHARE_TEXT[a.share]
 
         self.configs = [c for c in a.configs.split(",") if c]
         for c in self.configs:
@@ -849,7 +880,10 @@ class Bench:
         if "native" not in self.configs:
             self.configs.insert(0, "native")
         for c in self.configs:
-            if c in PEERS:
+            if c in PEERS and a.share != "sshfs":
+                self.skipped[c] = "needs the sshfs share"
+                log("%s: skipped: needs the sshfs share" % c)
+            elif c in PEERS:
                 why = PEERS[c].missing()
                 if why:
                     self.skipped[c] = why
@@ -1248,6 +1282,8 @@ def main(argv=None):
     ap.add_argument("--cpu-profile", action="store_true",
                     help="have each plugin write a Go CPU profile, WORK/p/NNN-TAG/cpu.pprof (go tool pprof)")
     ap.add_argument("--fuse-debug", action="store_true", help="run the plugin with FUSE_DEBUG=true (slow)")
+    ap.add_argument("--share", choices=sorted(SHARES), default="sshfs",
+                    help="the source: sshfs (the slow share, default) or local (a kernel file system; no peers)")
     ap.add_argument("--name", default=None, help="results file stem (default bench or bench-quick)")
     a = ap.parse_args(argv)
     if a.configs is None:

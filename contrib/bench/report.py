@@ -90,9 +90,9 @@ def markdown(res):
     L.append("## bindstate benchmark%s: %s, commit %s" % (" (quick)" if m.get("quick") else "", m.get("date"), m.get("commit")))
     L.append("")
     L.append("Ratio to native (ext4) in the same run: median of %s runs (min-max); native in seconds. "
-             "Share: sshfs over loopback sshd. W2: %s. W1 tree: %s files. Consistent measured via: %s. "
+             "Share: %s. W2: %s. W1 tree: %s files. Consistent measured via: %s. "
              "Host: %s cores, kernel %s, proactive page-cache reclaim: %s. Wall time %s s."
-             % (m.get("reps"), m.get("w2"), (m.get("w1_tree") or {}).get("files", "?"), m.get("consistent_via", "-"),
+             % (m.get("reps"), m.get("share", "sshfs over loopback sshd"), m.get("w2"), (m.get("w1_tree") or {}).get("files", "?"), m.get("consistent_via", "-"),
                 m.get("cpus"), m.get("kernel"), m.get("reclaim", "not recorded"), m.get("wall_s")))
     L.append("")
     L.append("| workload | " + " | ".join(cfgs) + " |")

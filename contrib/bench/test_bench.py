@@ -59,6 +59,16 @@ class ReportTest(unittest.TestCase):
         self.assertIn("delegated W1 cold: boom", md)
         self.assertIn("Unmount hung", md)
         self.assertIn("proactive page-cache reclaim: DAMON pageout (kdamond 0)", md)
+        self.assertIn("Share: sshfs over loopback sshd.", md)  # results from before --share
+
+    def test_markdown_names_the_share(self):
+        res = fake_result()
+        res["meta"]["share"] = bench.SHARE_TEXT["local"]
+        self.assertIn("Share: none: a local ext4 folder, bind-mounted (--share local).", report.markdown(res))
+
+    def test_peers_need_the_sshfs_share(self):
+        with self.assertRaises(bench.BenchError):
+            bench.LocalShare("/nonexistent/H", "/nonexistent/S").env()
 
     def test_proactive_reclaim(self):
         with tempfile.TemporaryDirectory() as d:
