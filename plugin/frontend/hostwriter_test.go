@@ -4,6 +4,8 @@ import (
 	"os"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/bindstate/bindstate/plugin/consistency"
 )
 
@@ -139,4 +141,86 @@ func TestC3_CachedWriterAfterAReaderWritesThrough(t *testing.T) {
 func releasedReader(t *testing.T, r *rig, n uint64) {
 	t.Helper()
 	waitFor(t, "the readers' RELEASEs", func() bool { return r.front.Status().Ops["release"] >= n })
+}
+
+// rule C3 where the kernel refuses the host file for passthrough: a source
+// on overlayfs is a kernel file system, so its cached writers are meant to
+// be served from the host file, but the kernel bounds the stacking of file
+// systems and will not take an overlayfs file (go-fuse then serves every
+// open of the mount by requests). Writes then go through the plugin to
+// both halves of a store copy made whole first (the writer's open left it
+// a stub), and a reader that joins the writer, and one after the close,
+// read what the host has.
+func TestC3_CachedWritersOnAStackedSourceWriteThroughThePlugin(t *testing.T) {
+	requireFUSE(t)
+	r := newRig(t, consistency.Cached, func(h string) {
+		base := t.TempDir()
+		lower, upper, work := base+"/lower", base+"/upper", base+"/work"
+		for _, d := range []string{lower, upper, work} {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		writeFile(t, lower+"/f", "0123456789")
+		if err := unix.Mount("overlay", h, "overlay", 0, "lowerdir="+lower+",upperdir="+upper+",workdir="+work); err != nil {
+			t.Skipf("overlayfs: %v", err)
+		}
+		t.Cleanup(func() { unix.Unmount(h, unix.MNT_DETACH) })
+	})
+	w, err := os.OpenFile(r.mntPath("f"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.WriteAt([]byte("AB"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, r.hostPath("f")); got != "AB23456789" {
+		t.Fatalf("host after the write returned: %q", got)
+	}
+	if n := r.front.Status().Fetched; n != 1 {
+		t.Fatalf("%d fetches after the first write through the plugin, want 1 (the copy made whole)", n)
+	}
+	if got := readFile(t, r.mntPath("f")); got != "AB23456789" {
+		t.Fatalf("a reader while the writer is open reads %q, want %q", got, "AB23456789")
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, r.mntPath("f")); got != "AB23456789" {
+		t.Fatalf("read after the close: %q", got)
+	}
+}
+
+// rule C3, served from the host: an append (a log written a line at a
+// time, each an open, a write and a close) copies nothing into the store:
+// the writer needs no store copy, and the one reader after them fetches
+// the file once.
+func TestC3_AppendsServedFromTheHostFetchNothing(t *testing.T) {
+	r := newRig(t, consistency.Cached, func(h string) { writeFile(t, h+"/log", "first\n") })
+	for i, line := range []string{"a\n", "b\n", "c\n"} {
+		f, err := os.OpenFile(r.mntPath("log"), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString(line); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		releasedReader(t, r, uint64(i+1))
+	}
+	if n := r.front.Status().Fetched; n != 0 {
+		t.Fatalf("%d fetches for three appends, want none", n)
+	}
+	if got := readFile(t, r.mntPath("log")); got != "first\na\nb\nc\n" {
+		t.Fatalf("log read back: %q", got)
+	}
+	if got := readFile(t, r.hostPath("log")); got != "first\na\nb\nc\n" {
+		t.Fatalf("host log: %q", got)
+	}
+	if n := r.front.Status().Fetched; n != 1 {
+		t.Fatalf("%d fetches after one read, want 1", n)
+	}
 }

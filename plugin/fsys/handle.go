@@ -25,6 +25,7 @@ type handle struct {
 	// them on the first write our job, as the kernel would.
 	killPriv    atomic.Bool
 	wrote       atomic.Bool // BeginWrite done
+	whole       atomic.Bool // fromHost, written through the plugin: the store copy was made whole
 	passthrough bool        // the kernel reads and writes the file itself
 	fromHost    bool        // passthrough to the host file (cached), not the store's
 	node        *node       // whose open counts include this handle
@@ -63,7 +64,9 @@ func (h *handle) fd() int {
 //     own speed, each write on the host before it returns (rule C3). Every
 //     open joining it is served from the host file too, and the store copy
 //     becomes a stub again at release.
-func (f *filesystem) newHandle(ctx context.Context, n *node, file *store.File, flags int) (*handle, error) {
+//
+// hostReleases is n.hostReleases as it was before the store opened file.
+func (f *filesystem) newHandle(ctx context.Context, n *node, file *store.File, flags int, hostReleases uint64) (*handle, error) {
 	h := &handle{file: file, fs: f, node: n}
 	write := flags&unix.O_ACCMODE != unix.O_RDONLY
 	// Only for O_WRONLY (logs, dd, compiler output): those are the opens
@@ -111,6 +114,15 @@ func (f *filesystem) newHandle(ctx context.Context, n *node, file *store.File, f
 		n.cachedOpens++
 	}
 	n.opensMu.Unlock()
+	if !h.passthrough && ((write && fromHost) || n.hostReleases.Load() != hostReleases) {
+		// Served from the store copy after all: a writer's writes go to
+		// it too, and a reader may have found it whole just before a
+		// writer served from the host made it a stub (handle.Release).
+		if err := file.EnsureContent(); err != nil {
+			h.release()
+			return nil, err
+		}
+	}
 	if h.passthrough && write {
 		if err := file.BeginWrite(ctx); err != nil {
 			h.release()
@@ -198,8 +210,12 @@ func openFlags(file *store.File) uint32 {
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	h.fs.store.CountOp("read")
-	// Spliced straight from the store file: no copy through this process.
-	return fuse.ReadResultFd(uintptr(h.file.Fd()), off, len(dest)), 0
+	// Spliced straight from the file: no copy through this process. A
+	// handle served from the host reads there: the kernel sends READs for
+	// it only where it refused the host file for passthrough (an overlayfs
+	// source: go-fuse then serves every open of the mount by requests),
+	// and the host is what such a handle stands for.
+	return fuse.ReadResultFd(uintptr(h.fd()), off, len(dest)), 0
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
@@ -207,6 +223,16 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	ctx = h.fs.origin(ctx)
 	if h.killPriv.Load() {
 		h.removePrivs(ctx)
+	}
+	if h.fromHost && !h.whole.Load() {
+		// The kernel was to write the host file itself, and sends WRITEs
+		// instead (it refused the host file: see Read): they go to the
+		// store copy too, which the open left a stub. Made whole before
+		// the first, so that no fetch for a reader copies over them.
+		if err := h.file.EnsureContent(); err != nil {
+			return 0, h.errno(err, "write")
+		}
+		h.whole.Store(true)
 	}
 	if !h.wrote.Load() {
 		if err := h.file.BeginWrite(ctx); err != nil {
@@ -234,6 +260,9 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 // open that no longer joins this one (the counts at zero) must find it so.
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	err := h.file.Release()
+	if h.fromHost {
+		h.node.hostReleases.Add(1) // before the uncount: see newHandle
+	}
 	h.release()
 	h.fs.store.CountOp("release")
 	return h.errno(err, "release")

@@ -28,6 +28,10 @@ type node struct {
 	opensMu     sync.Mutex
 	cachedOpens int // open handles served by the plugin
 	ptOpens     int // open handles served by passthrough
+	// hostReleases counts releases of handles served from the host (whose
+	// store copy each leaves a stub); an open that began before one and
+	// is served from the store copy looks at the copy again (newHandle).
+	hostReleases atomic.Uint64
 
 	// populated: this directory's host entries are in the store (a store
 	// directory never loses that), so a lookup in it is one lstat of the
@@ -59,6 +63,10 @@ var (
 	_ = (fs.NodeStatfser)((*node)(nil))
 	_ = (fs.NodeFsyncer)((*node)(nil))
 )
+
+// testHookStoreOpened, if set (by tests), runs in an OPEN between the
+// store's open and the handle's.
+var testHookStoreOpened func(rel string)
 
 // rel is the node's path relative to the mount root, and false for a node
 // that no longer has a name (unlinked while open).
@@ -326,7 +334,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	ch = &node{fs: n.fs}
 	fillAttr(&out.Attr, &st)
 	inode := n.NewInode(ctx, ch, idFromStat(&st))
-	h, err := n.fs.newHandle(n.fs.origin(ctx), ch, f, int(flags))
+	h, err := n.fs.newHandle(n.fs.origin(ctx), ch, f, int(flags), 0)
 	if err != nil {
 		f.Release()
 		return nil, nil, 0, n.fs.errno(err, "create", rel)
@@ -348,11 +356,15 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if bySyncer {
 		octx = store.HostOrigin(ctx)
 	}
+	hostReleases := n.hostReleases.Load()
 	f, err := n.fs.store.Open(octx, rel, int(flags), n.rel)
 	if err != nil {
 		return nil, 0, n.fs.errno(err, "open", rel)
 	}
-	h, err := n.fs.newHandle(octx, n, f, int(flags))
+	if testHookStoreOpened != nil {
+		testHookStoreOpened(rel)
+	}
+	h, err := n.fs.newHandle(octx, n, f, int(flags), hostReleases)
 	if err != nil {
 		f.Release()
 		return nil, 0, n.fs.errno(err, "open", rel)

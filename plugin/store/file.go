@@ -28,6 +28,7 @@ type File struct {
 	// for such a handle that has no host half (a reader).
 	servedFromHost bool
 	hostRead       *os.File
+	lazy           bool // opened by the applier (host-origin): content stays lazy
 
 	unbusy func() // ends the host refresh's hands-off for a cached writer
 	held   string // delegated: the path Hold was taken on at the first write ("" if none)
@@ -60,6 +61,10 @@ func (s *Store) Open(ctx context.Context, rel string, flags int, relNow func() (
 		// Read-only opens (most of them: compilers, go list, git status)
 		// open first and ask the open file whether it is still a stub, one
 		// fgetxattr, rather than look the xattr up by path beforehand.
+	case r == routeThrough && s.writersFromHost && flags&unix.O_ACCMODE == unix.O_WRONLY:
+		// Most likely served from the host file (HostPassthrough), which
+		// needs no store copy: fetched only if not (EnsureContent). An
+		// append to a large log, once per line, does not copy the log.
 	default:
 		if err := s.fetchForOpen(rel); err != nil {
 			return nil, err
@@ -76,6 +81,7 @@ func (s *Store) Open(ctx context.Context, rel string, flags int, relNow func() (
 	}
 	switch {
 	case r == routeLocal:
+		f.lazy = true
 		return f, open()
 	case !write:
 		if err := open(); err != nil {
@@ -448,14 +454,14 @@ func (f *File) HostPassthrough() bool {
 	return f.host != nil && f.s.writersFromHost
 }
 
-// ServesFromHost reports whether the store serves passthrough opens from
-// the host file (a cached store whose writers are, see HostPassthrough)
-// rather than from the store file (delegated). A cached store that does
-// not serve its writers so has no passthrough opens.
-func (s *Store) ServesFromHost() bool { return s.queue == nil }
+// ServesFromHost reports whether the store's passthrough opens are served
+// from the host file (a cached store whose writers are, see
+// HostPassthrough) rather than from the store file (delegated). Any other
+// cached store has no passthrough opens.
+func (s *Store) ServesFromHost() bool { return s.queue == nil && s.writersFromHost }
 
 // ServeFromHost is called when the kernel is handed the host file of f
-// for passthrough (HostPassthroughFd). A reader that joins a file open by
+// for passthrough (HostFd). A reader that joins a file open by
 // such a writer (the kernel serves every open of a file from one backing
 // file while any passthrough open lasts) has no host half: one is opened
 // for reading, so that whichever of them the kernel is handed, it is the
@@ -477,6 +483,23 @@ func (f *File) ServeFromHost() error {
 	}
 	f.hostRead = hf
 	return nil
+}
+
+// EnsureContent fetches the store copy's content if it is a stub now, for
+// an open served from it after all: a writer Open left a stub for (it may
+// be served from the host, and is not: its writes then go to both halves,
+// and the store half must be whole first), or a reader whose Open found
+// the copy whole just before a writer served from the host made it a stub
+// at its release.
+func (f *File) EnsureContent() error {
+	if f.lazy || !isStubFd(f.local) {
+		return nil
+	}
+	rel, ok := f.rel()
+	if !ok {
+		rel = f.name
+	}
+	return f.s.fetchForOpen(rel)
 }
 
 // HostFd is the host file the kernel is handed for passthrough

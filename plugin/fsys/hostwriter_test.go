@@ -1,0 +1,92 @@
+package fsys
+
+import (
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bindstate/bindstate/plugin/consistency"
+	"github.com/bindstate/bindstate/plugin/hostpath"
+	"github.com/bindstate/bindstate/plugin/store"
+)
+
+// rule C3: an open that the store served from a whole store copy, and that
+// a cached writer served from the host file then released before the open
+// was counted (so it is not served from the host file too), reads what the
+// writer wrote, not the store copy its release left a stub of. Without the
+// second look (node.hostReleases) it read "old content" and zeros.
+func TestC3_AnOpenRacingAHostWritersReleaseReadsItsWrites(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mount tests need root")
+	}
+	base := t.TempDir()
+	host := filepath.Join(base, "host")
+	if err := os.Mkdir(host, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(host, "f"), []byte("old content"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root, err := hostpath.Open(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	st, err := store.Open(store.Config{Host: root, Tree: filepath.Join(base, "tree"), State: consistency.Cached})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	// Set before the mount (its server goroutines read it), armed later.
+	var armed atomic.Pointer[func()]
+	testHookStoreOpened = func(string) {
+		if f := armed.Swap(nil); f != nil {
+			(*f)()
+		}
+	}
+	defer func() { testHookStoreOpened = nil }()
+	m, err := New(st, filepath.Join(base, "mnt"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unmount()
+	mnt := filepath.Join(m.Mountpoint(), "f")
+	releases := func() int64 { return st.Stats().Ops["release"] }
+	waitReleases := func(n int64) {
+		for deadline := time.Now().Add(10 * time.Second); releases() < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Errorf("timed out waiting for %d RELEASEs (have %d)", n, releases())
+				return
+			}
+		}
+	}
+
+	// The store copy is whole, and no open is counted any more.
+	if b, err := os.ReadFile(mnt); err != nil || string(b) != "old content" {
+		t.Fatalf("first read: %q %v", b, err)
+	}
+	waitReleases(1)
+	w, err := os.OpenFile(mnt, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "NEW content and more"
+	if _, err := w.WriteAt([]byte(want), 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := st.Stats().Ops["write"]; n != 0 {
+		t.Fatalf("the writer was not served from the host (%d WRITEs)", n)
+	}
+	closeWriter := func() {
+		// The reader's store open found the copy whole; now the writer
+		// closes and is released before the reader's handle is made.
+		w.Close()
+		waitReleases(2)
+	}
+	armed.Store(&closeWriter)
+	if b, err := os.ReadFile(mnt); err != nil || string(b) != want {
+		t.Fatalf("read racing the writer's release: %q %v, want %q", b, err, want)
+	}
+}
