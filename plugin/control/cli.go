@@ -327,6 +327,9 @@ func (c *CLI) status(ctx context.Context, cl *Client, o options, name string) in
 		row("Last error", orDash(f.LastError))
 		row("Conflicts", fmt.Sprint(f.Conflicts))
 		row("Cache", fmt.Sprintf("%d hits, %d fetched from the host", f.CacheHits, f.Fetched))
+		if f.Writers != "" {
+			row("Writers", f.Writers)
+		}
 	}
 	tw.Flush()
 	if f := out.Front; f != nil && len(f.FailedPaths) > 0 {

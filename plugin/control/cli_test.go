@@ -100,6 +100,7 @@ func TestCLIStatus(t *testing.T) {
 	r.op.setStatus("/data/p", func(st *driver.FrontStatus) {
 		st.Dirty, st.DirtyBytes, st.Failed, st.Lag, st.Conflicts = 3, 3*1024*1024/2, 1, 2500*time.Millisecond, 1
 		st.LastError, st.FailedPaths = "write /data/p/x/y: permission denied", []string{"x/y"}
+		st.Writers = "the host file, by the kernel: the source is virtiofs"
 	})
 	res := r.run(t, false, "status")
 	if res.code != 0 {
@@ -118,6 +119,7 @@ func TestCLIStatus(t *testing.T) {
 		"Mount IDs:     2 (aaaa, bbbbbbbbbbbb)", "Containers:    web",
 		"Dirty:         3 files, 1.5 MiB", "Writeback lag: 2.5s", "Failed:        1", "Conflicts:     1",
 		"Last error:    write /data/p/x/y: permission denied",
+		"Writers:       the host file, by the kernel: the source is virtiofs",
 		"Failed paths (journaled, retried):\n  /data/p/x/y\n",
 	} {
 		if !strings.Contains(res.stdout, want) {

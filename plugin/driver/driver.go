@@ -579,6 +579,9 @@ func (d *Driver) infoLocked(v *volume) VolumeInfo {
 		st["lag"] = fs.Lag.String()
 		st["last_error"] = fs.LastError
 		st["conflicts"] = fs.Conflicts
+		if fs.Writers != "" {
+			st["writers"] = fs.Writers
+		}
 	}
 	return info
 }

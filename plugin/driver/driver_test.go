@@ -402,7 +402,7 @@ func TestRemoveInUse(t *testing.T) {
 
 func TestGetAndList(t *testing.T) {
 	op := newFakeOpener()
-	op.status = FrontStatus{Dirty: 3, Failed: 1, Lag: 2 * time.Second, LastError: "EIO", Conflicts: 4}
+	op.status = FrontStatus{Dirty: 3, Failed: 1, Lag: 2 * time.Second, LastError: "EIO", Conflicts: 4, Writers: "through the plugin"}
 	d := newTestDriver(t, t.TempDir(), op)
 	mustCreate(t, d, "z", map[string]string{"source": "/data/z"})
 	mustCreate(t, d, "a", map[string]string{"source": "/data/a", "state": "delegated", "rescan": "2s"})
@@ -418,6 +418,7 @@ func TestGetAndList(t *testing.T) {
 	want := map[string]any{
 		"source": "/data/a", "state": "delegated", "mounts": 1, "key": key("/data/a", "delegated"),
 		"rescan": "2s", "mountpoint": mp, "dirty": 3, "failed": 1, "lag": "2s", "last_error": "EIO", "conflicts": 4,
+		"writers": "through the plugin",
 	}
 	for k, w := range want {
 		if info.Status[k] != w {

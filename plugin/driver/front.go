@@ -58,6 +58,7 @@ type FrontStatus struct {
 	CacheHits    uint64            `json:"cache_hits"`             // opens served from content already local
 	Ops          map[string]uint64 `json:"ops,omitempty"`          // container operations served, by kind
 	Errors       uint64            `json:"errors"`                 // failed writeback attempts
+	Writers      string            `json:"writers,omitempty"`      // cached: how files open for writing only are served, and why
 }
 
 // FrontSpec says what to serve.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -116,6 +117,9 @@ func TestC3_ShareErrorAtCloseFailsTheContainersClose(t *testing.T) {
 		}
 		mountHost(t, host, root, "failing-close")
 	})
+	if w := r.front.Status().Writers; !strings.HasPrefix(w, "through the plugin: the source is a FUSE file system run by a process (fuse") {
+		t.Errorf("status says cached writers over a FUSE share are served by %q, want through the plugin", w)
+	}
 	f, err := os.OpenFile(r.mntPath("f"), os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -352,6 +352,7 @@ func (f *storeFront) Status() driver.FrontStatus {
 		CacheHits:    uint64(s.Hits),
 		Errors:       s.WriteBack.Errors,
 		Ops:          make(map[string]uint64, len(s.Ops)),
+		Writers:      s.Writers,
 	}
 	for k, v := range s.Ops {
 		st.Ops[k] = uint64(v)

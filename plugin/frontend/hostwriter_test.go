@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"os"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -20,6 +21,9 @@ func TestC3_CachedWriterIsServedFromTheHost(t *testing.T) {
 	// In the store and in the kernel's page cache, as a reader leaves it.
 	if got := readFile(t, r.mntPath("f")); got != "old content" {
 		t.Fatalf("first read: %q", got)
+	}
+	if w := r.front.Status().Writers; !strings.HasPrefix(w, "the host file, by the kernel: the source is a kernel file system") {
+		t.Errorf("status says cached writers are served by %q, want the host file", w)
 	}
 	writes := func() uint64 { return r.front.Status().Ops["write"] }
 	before := writes()

@@ -86,6 +86,7 @@ type Store struct {
 	// writersFromHost: cached, and the source's file system reports a
 	// failed write to any close of the file (see writersFromHost).
 	writersFromHost bool
+	writers         string // how cached writers are served, for Stats
 	log             *slog.Logger
 	apply           sync.RWMutex
 	locks           keyedMutex // per-path: populate and fetch happen once
@@ -173,6 +174,11 @@ func Open(cfg Config) (*Store, error) {
 		var why string
 		s.writersFromHost, why = writersFromHost(cfg.Host.Fd())
 		cfg.Log.Info("cached writers", "served_from_host", s.writersFromHost, "because_the_source_is", why)
+		if s.writersFromHost {
+			s.writers = "the host file, by the kernel: the source is " + why
+		} else {
+			s.writers = "through the plugin: the source is " + why
+		}
 	}
 	if s.shareWork == nil {
 		s.shareWork = func() {}
@@ -311,6 +317,7 @@ type Stats struct {
 	Hits         int64            // opens served from content already local
 	WrittenBytes int64            // file content written back to the host
 	Ops          map[string]int64 // container operations served, by kind
+	Writers      string           // cached: how files open for writing only are served, and why
 }
 
 // CountOp counts one container operation of the given kind ("open",
@@ -332,7 +339,7 @@ func (s *Store) countWrittenBytes(n int64) { s.writtenBytes.Add(n) }
 // Stats returns a snapshot.
 func (s *Store) Stats() Stats {
 	st := Stats{Conflicts: s.conflicts.Load(), Fetched: s.fetched.Load(),
-		Hits: s.hits.Load(), WrittenBytes: s.writtenBytes.Load(), Ops: make(map[string]int64)}
+		Hits: s.hits.Load(), WrittenBytes: s.writtenBytes.Load(), Ops: make(map[string]int64), Writers: s.writers}
 	s.ops.Range(func(k, v any) bool {
 		st.Ops[k.(string)] = v.(*atomic.Int64).Load()
 		return true
