@@ -153,3 +153,39 @@ func TestStatAfterListingCostsNoRequest(t *testing.T) {
 		})
 	}
 }
+
+// The kernel marks a file's atime stale after it reads the file from the
+// plugin, as it does a directory's after a listing: the stat of every file
+// a cold build read cost a GETATTR in the next, hot, build. The plugin
+// stats a file whose last handle served a READ, off the container's path,
+// so the container's stat then costs none.
+func TestStatAfterReadingCostsNoRequest(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			r := newRig(t, st, func(h string) { writeFile(t, filepath.Join(h, "f.go"), "package f\n") })
+			ops := func(kind string) uint64 { return r.front.Status().Ops[kind] }
+			restats := ops("restat")
+			if got := readFile(t, r.mntPath("f.go")); got != "package f\n" {
+				t.Fatalf("read: %q", got)
+			}
+			if ops("read") == 0 {
+				t.Fatal("the read was not served by the plugin: nothing to test")
+			}
+			waitFor(t, "the plugin's stat of f.go after its read", func() bool { return ops("restat") > restats })
+			before := ops("getattr")
+			var got, host unix.Stat_t
+			if err := unix.Lstat(r.mntPath("f.go"), &got); err != nil {
+				t.Fatal(err)
+			}
+			if n := ops("getattr") - before; n != 0 {
+				t.Errorf("%s: a stat of a file after reading it cost %d GETATTR requests, want 0", st, n)
+			}
+			if err := unix.Lstat(r.hostPath("f.go"), &host); err != nil {
+				t.Fatal(err)
+			}
+			if got.Size != host.Size || got.Mtim != host.Mtim {
+				t.Errorf("%s: stat after reading: size %d mtime %v, the host has %d %v", st, got.Size, got.Mtim, host.Size, host.Mtim)
+			}
+		})
+	}
+}

@@ -26,6 +26,7 @@ type handle struct {
 	killPriv    atomic.Bool
 	wrote       atomic.Bool // BeginWrite done
 	whole       atomic.Bool // fromHost, written through the plugin: the store copy was made whole
+	read        atomic.Bool // served a READ: the kernel has marked the file's atime stale
 	passthrough bool        // the kernel reads and writes the file itself
 	fromHost    bool        // passthrough to the host file (cached), not the store's
 	node        *node       // whose open counts include this handle
@@ -210,6 +211,7 @@ func openFlags(file *store.File) uint32 {
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	h.fs.store.CountOp("read")
+	h.read.Store(true)
 	// Spliced straight from the file: no copy through this process. A
 	// handle served from the host reads there: the kernel sends READs for
 	// it only where it refused the host file for passthrough (an overlayfs
@@ -265,6 +267,14 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	}
 	h.release()
 	h.fs.store.CountOp("release")
+	if h.read.Load() {
+		// The kernel marks a file's atime stale after each READ, and its
+		// next stat then costs a GETATTR whatever the attribute timeout:
+		// a file read once (a build's first run) costs a round trip at
+		// every stat of every later run until then. The restater asks
+		// for it now, off the container's path (as for a listing).
+		h.fs.restat.add(h.node)
+	}
 	return h.errno(err, "release")
 }
 
