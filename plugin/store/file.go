@@ -536,28 +536,25 @@ func (f *File) restub() {
 		}
 		return
 	}
-	// Marked first: a crash between these steps leaves a stub, fetched
-	// again, never a stale copy taken for the host's.
-	if st.Size > 0 {
-		if err := unix.Fsetxattr(fd, xattrStub, []byte("1"), 0); err != nil {
-			f.s.log.Error("marking a host-written file's store copy stale", "path", rel, "err", err)
+	// As a populate makes a stub (adoptIn), with the host's times (both:
+	// the container saw the host file's while it was open) and base. Not
+	// its owner and mode, as adoptIn gives: those changes went to both
+	// halves already, and one made since the stat would be undone.
+	err := stubFd(fd, st.Size)
+	if err == nil && st.Size == 0 {
+		// Empty on the host, and a stub before: the empty copy is the content.
+		if err = unix.Fremovexattr(fd, xattrStub); errors.Is(err, unix.ENODATA) {
+			err = nil
 		}
 	}
-	if err := unix.Ftruncate(fd, st.Size); err != nil {
-		f.s.log.Warn("truncating a host-written file's store copy", "path", rel, "err", err)
+	if err == nil {
+		err = futimens(fd, []unix.Timespec{st.Atim, st.Mtim})
 	}
-	if st.Size == 0 {
-		// Empty on the host: the truncated copy is the content.
-		if err := unix.Fremovexattr(fd, xattrStub); err != nil && !errors.Is(err, unix.ENODATA) {
-			f.s.log.Warn("unmarking an empty host-written file's store copy", "path", rel, "err", err)
-		}
+	if err == nil {
+		err = unix.Fsetxattr(fd, xattrBase, baseOf(&st).encode(), 0)
 	}
-	// Both times: the container saw the host file's while it was open.
-	if err := futimens(fd, []unix.Timespec{st.Atim, st.Mtim}); err != nil {
-		f.s.log.Warn("setting a host-written file's store times", "path", rel, "err", err)
-	}
-	if err := unix.Fsetxattr(fd, xattrBase, baseOf(&st).encode(), 0); err != nil {
-		f.s.log.Warn("recording a host-written file's base", "path", rel, "err", err)
+	if err != nil {
+		f.s.log.Error("making a host-written file's store copy a stub", "path", rel, "err", err)
 	}
 }
 

@@ -144,10 +144,7 @@ func (s *Store) adoptIn(d *hostpath.Dir, name string, st *unix.Stat_t) error {
 		if fd, err = d.Create(name, 0o600); err != nil {
 			return err
 		}
-		err = unix.Ftruncate(fd, st.Size)
-		if err == nil && st.Size > 0 {
-			err = unix.Fsetxattr(fd, xattrStub, []byte("1"), 0)
-		}
+		err = stubFd(fd, st.Size)
 	case unix.S_IFDIR:
 		if fd, err = d.Mkdir(name, 0o700); err != nil {
 			return err
@@ -166,6 +163,20 @@ func (s *Store) adoptIn(d *hostpath.Dir, name string, st *unix.Stat_t) error {
 		return fmt.Errorf("adopt %q: %w", rel, err)
 	}
 	return nil
+}
+
+// stubFd makes the open store file fd a stub of a host file of size bytes:
+// marked first (a crash between the steps leaves a stub, fetched again,
+// never a copy taken for the host's), then given the size. An empty file
+// needs no fetch: its empty copy is the content. copyAttrsFd gives it the
+// rest.
+func stubFd(fd int, size int64) error {
+	if size > 0 {
+		if err := unix.Fsetxattr(fd, xattrStub, []byte("1"), 0); err != nil {
+			return err
+		}
+	}
+	return unix.Ftruncate(fd, size)
 }
 
 // copyAttrsFd is copyAttrs through an open regular file or directory.
