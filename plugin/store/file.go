@@ -182,6 +182,16 @@ func (f *File) rels() []string {
 	return nil
 }
 
+// relOrName is the file's current path, or the one it was opened or
+// created under while it has none (not attached to the tree yet, or
+// unlinked): the name to act on for it.
+func (f *File) relOrName() string {
+	if r, ok := f.rel(); ok {
+		return r
+	}
+	return f.name
+}
+
 // Rel names the file for logs.
 func (f *File) Rel() string {
 	if r, ok := f.rel(); ok {
@@ -406,15 +416,11 @@ func (f *File) BeginWrite(ctx context.Context) error {
 	if f.s.routeFor(ctx) != routeJournal {
 		return nil
 	}
-	rel, ok := f.rel()
-	if !ok {
-		// Not attached to the tree yet (BeginWrite at Create, before the
-		// kernel has the new entry) or unlinked while open: the name it was
-		// opened under is the one to keep journaled. Skipping the hold here
-		// would let passthrough writes go unjournaled after the first
-		// writeback.
-		rel = f.name
-	}
+	// Not attached to the tree yet (BeginWrite at Create, before the kernel
+	// has the new entry) or unlinked while open: the name it was opened
+	// under is the one to keep journaled. Skipping the hold here would let
+	// passthrough writes go unjournaled after the first writeback.
+	rel := f.relOrName()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.held != "" {
@@ -473,10 +479,7 @@ func (f *File) ServeFromHost() error {
 	if f.host != nil || f.hostRead != nil {
 		return nil
 	}
-	rel, ok := f.rel()
-	if !ok {
-		rel = f.name
-	}
+	rel := f.relOrName()
 	hf, err := f.s.host.OpenFile(rel, unix.O_RDONLY, 0)
 	if err != nil {
 		return fmt.Errorf("open %q on the host for passthrough: %w", rel, err)
@@ -495,10 +498,7 @@ func (f *File) EnsureContent() error {
 	if f.lazy || !isStubFd(f.local) {
 		return nil
 	}
-	rel, ok := f.rel()
-	if !ok {
-		rel = f.name
-	}
+	rel := f.relOrName()
 	return f.s.fetchForOpen(rel)
 }
 
