@@ -14,6 +14,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -178,8 +179,11 @@ type filesystem struct {
 	// from the host file (handle.fromHost): while any is open, the store
 	// copy's size and times are stale, so a lookup of another of its names
 	// (a hard link) answers with the host's (node.newChild).
-	fromHostMu sync.Mutex
-	fromHost   map[uint64]int
+	// fromHostOpen is the sum of fromHost: every lookup and GETATTR asks
+	// servedFromHost, and almost always none is open.
+	fromHostMu   sync.Mutex
+	fromHost     map[uint64]int
+	fromHostOpen atomic.Int64
 }
 
 // countFromHost adds d to the handles served from the host for store
@@ -193,11 +197,15 @@ func (f *filesystem) countFromHost(ino uint64, d int) {
 	if f.fromHost[ino] += d; f.fromHost[ino] <= 0 {
 		delete(f.fromHost, ino)
 	}
+	f.fromHostOpen.Add(int64(d))
 }
 
 // servedFromHost reports whether store inode ino is written on the host
 // now (countFromHost).
 func (f *filesystem) servedFromHost(ino uint64) bool {
+	if f.fromHostOpen.Load() == 0 {
+		return false
+	}
 	f.fromHostMu.Lock()
 	defer f.fromHostMu.Unlock()
 	return f.fromHost[ino] > 0

@@ -464,7 +464,7 @@ func (f *File) HostPassthrough() bool {
 // from the host file (a cached store whose writers are, see
 // HostPassthrough) rather than from the store file (delegated). Any other
 // cached store has no passthrough opens.
-func (s *Store) ServesFromHost() bool { return s.queue == nil && s.writersFromHost }
+func (s *Store) ServesFromHost() bool { return s.writersFromHost }
 
 // ServeFromHost is called when the kernel is handed the host file of f
 // for passthrough (HostFd). A reader that joins a file open by

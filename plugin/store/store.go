@@ -83,8 +83,9 @@ type Store struct {
 	journal *journal.Journal // nil unless delegated
 	queue   *writeback.Queue // nil unless delegated
 	through atomic.Bool      // delegated, but writing through (SetWriteThrough: rules C4, D5)
-	// writersFromHost: cached, and the source's file system reports a
-	// failed write to any close of the file (see writersFromHost).
+	// writersFromHost: cached (never set for delegated), and the source's
+	// file system reports a failed write to any close of the file (see
+	// writersFromHost).
 	writersFromHost bool
 	writers         string // how cached writers are served, for Stats
 	log             *slog.Logger
