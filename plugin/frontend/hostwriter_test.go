@@ -228,3 +228,25 @@ func TestC3_AppendsServedFromTheHostFetchNothing(t *testing.T) {
 		t.Fatalf("%d fetches after one read, want 1", n)
 	}
 }
+
+// rule C2 with cached writers served from the host: a host edit to a file
+// the container has listed but never read reaches it with its IN_MODIFY
+// (the refresh's own open of the file raises it) and no fetch: the
+// content stays on the host until the container reads it. The refresh's
+// open is one for writing that is not served from the host, and such an
+// open otherwise makes the store copy whole (File.EnsureContent).
+func TestC2_HostEditsOfUnreadFilesFetchNothing(t *testing.T) {
+	r := newRig(t, consistency.Cached, func(h string) { writeFile(t, h+"/f", "v1") })
+	if names := listNames(t, r.mnt); len(names) != 1 {
+		t.Fatalf("listing: %v", names)
+	}
+	w := watch(t, r.mnt)
+	writeFile(t, r.hostPath("f"), "version two")
+	w.wait(t, unix.IN_MODIFY, "f")
+	if n := r.front.Status().Fetched; n != 0 {
+		t.Fatalf("%d fetches for a host edit of a file never read, want 0", n)
+	}
+	if got := readFile(t, r.mntPath("f")); got != "version two" {
+		t.Fatalf("read after the event: %q", got)
+	}
+}
