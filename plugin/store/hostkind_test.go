@@ -2,9 +2,14 @@ package store
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/consistency"
+	"github.com/bindstate/bindstate/plugin/writeback"
 )
 
 // rule C3: a cached writer is served from the host file only where the
@@ -36,5 +41,39 @@ func TestMountTypeOfADevice(t *testing.T) {
 	}
 	if _, err := mountType(4095, 1048575); err == nil {
 		t.Fatal("a device no mount has: no error")
+	}
+}
+
+// A fetch is the plugin reading the host file, not the container: the host
+// keeps the atime the container saw (O_NOATIME). posixtest's FstatDeleted
+// saw it move, once in ten runs, when a host-written file's store copy was
+// fetched between two stats.
+func TestFetchLeavesTheHostsAtime(t *testing.T) {
+	old := time.Unix(1_000_000_000, 0)
+	r := newStoreRig(t, consistency.Cached, writeback.Options{}, func(h string) {
+		p := filepath.Join(h, "f")
+		if err := os.WriteFile(p, []byte("content"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// An atime before the mtime: relatime moves it at the next read.
+		if err := os.Chtimes(p, old, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err := r.s.EnsurePopulated(""); err != nil {
+		t.Fatal(err)
+	}
+	if !r.s.IsStub("f") {
+		t.Fatal("f is not a stub after the populate: nothing to fetch")
+	}
+	if err := r.s.EnsureContent("f"); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(r.host, "f"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if got := time.Unix(st.Atim.Unix()); !got.Equal(old) {
+		t.Fatalf("host atime after a fetch: %v, want %v (unchanged)", got, old)
 	}
 }
