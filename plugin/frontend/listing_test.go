@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -162,11 +163,13 @@ func TestStatAfterListingCostsNoRequest(t *testing.T) {
 func TestStatAfterReadingCostsNoRequest(t *testing.T) {
 	for _, st := range storeStates {
 		t.Run(st.String(), func(t *testing.T) {
-			r := newRig(t, st, func(h string) { writeFile(t, filepath.Join(h, "f.go"), "package f\n") })
+			// Larger than a prefill (fsys), which would leave no READ.
+			content := "package f\n" + strings.Repeat("// a comment\n", 20000)
+			r := newRig(t, st, func(h string) { writeFile(t, filepath.Join(h, "f.go"), content) })
 			ops := func(kind string) uint64 { return r.front.Status().Ops[kind] }
 			restats := ops("restat")
-			if got := readFile(t, r.mntPath("f.go")); got != "package f\n" {
-				t.Fatalf("read: %q", got)
+			if got := readFile(t, r.mntPath("f.go")); got != content {
+				t.Fatalf("read %d bytes, want %d", len(got), len(content))
 			}
 			if ops("read") == 0 {
 				t.Fatal("the read was not served by the plugin: nothing to test")

@@ -154,16 +154,18 @@ func (m *Mount) Invalidate(rel string, content, entry bool) {
 			cur = cur.GetChild(seg)
 		}
 	}
-	if entry && name != "" && parent != nil {
-		parent.NotifyEntry(name)
-	}
-	if cur != nil {
-		off := int64(-1)
-		if content {
-			off = 0
+	m.root.fs.contentChanged(func() {
+		if entry && name != "" && parent != nil {
+			parent.NotifyEntry(name)
 		}
-		cur.NotifyContent(off, 0)
-	}
+		if cur != nil {
+			off := int64(-1)
+			if content {
+				off = 0
+			}
+			cur.NotifyContent(off, 0)
+		}
+	})
 }
 
 // filesystem is what all nodes of one mount share.
@@ -184,6 +186,11 @@ type filesystem struct {
 	fromHostMu   sync.Mutex
 	fromHost     map[uint64]int
 	fromHostOpen atomic.Int64
+
+	// contentGen counts the changes to files' content made other than
+	// through a handle open for writing; see prefill.
+	contentMu  sync.RWMutex
+	contentGen uint64
 }
 
 // countFromHost adds d to the handles served from the host for store

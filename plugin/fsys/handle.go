@@ -28,6 +28,7 @@ type handle struct {
 	whole       atomic.Bool // fromHost, written through the plugin: the store copy was made whole
 	read        atomic.Bool // served a READ: the kernel has marked the file's atime stale
 	passthrough bool        // the kernel reads and writes the file itself
+	writable    bool        // open for writing (counted in node.writeOpens)
 	fromHost    bool        // passthrough to the host file (cached), not the store's
 	node        *node       // whose open counts include this handle
 }
@@ -114,6 +115,10 @@ func (f *filesystem) newHandle(ctx context.Context, n *node, file *store.File, f
 	} else {
 		n.cachedOpens++
 	}
+	if write {
+		h.writable = true
+		n.writeOpens++
+	}
 	n.opensMu.Unlock()
 	if !h.passthrough && ((write && fromHost) || n.hostReleases.Load() != hostReleases) {
 		// Served from the store copy after all: a writer's writes go to
@@ -155,6 +160,9 @@ func (h *handle) release() {
 		h.node.ptOpens--
 	} else {
 		h.node.cachedOpens--
+	}
+	if h.writable {
+		h.node.writeOpens--
 	}
 	h.node.opensMu.Unlock()
 }

@@ -32,6 +32,11 @@ type node struct {
 	// store copy each leaves a stub); an open that began before one and
 	// is served from the store copy looks at the copy again (newHandle).
 	hostReleases atomic.Uint64
+	// writeOpens counts the open handles that may write (see prefill), and
+	// prefilled is the version of the content last stored in the kernel's
+	// page cache; both under opensMu.
+	writeOpens int
+	prefilled  prefillStamp
 
 	// populated: this directory's host entries are in the store (a store
 	// directory never loses that), so a lookup in it is one lstat of the
@@ -221,6 +226,10 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if err != nil {
 		return n.fs.errno(err, "setattr", rel)
 	}
+	if _, ok := in.GetSize(); ok {
+		// The kernel truncates its cached pages after this reply.
+		n.fs.contentChanged(nil)
+	}
 	if errno := n.Getattr(ctx, f, out); errno != 0 {
 		return errno
 	}
@@ -371,6 +380,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	if n.fs.opened != nil && rel != orphanPath && !bySyncer {
 		n.fs.opened(rel)
+	}
+	if !bySyncer && !h.passthrough && int(flags)&unix.O_ACCMODE == unix.O_RDONLY {
+		n.fs.prefill(n, h)
 	}
 	return h, openFlags(f), 0
 }

@@ -29,6 +29,7 @@ import (
 // reads each Go file once, and the hot one after it paid a GETATTR for each
 // that it stats (481 of the 5,356 requests of a hot W1 of bench-quick). So a
 // file whose last handle served a READ is restatted after its release.
+// (A small file is read without READs since the prefill, and needs none.)
 //
 // It is an optimisation only: an entry it misses (queue full, a stat too
 // early) costs the container one GETATTR, as before.
