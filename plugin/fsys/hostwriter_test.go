@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/bindstate/bindstate/plugin/consistency"
-	"github.com/bindstate/bindstate/plugin/hostpath"
-	"github.com/bindstate/bindstate/plugin/store"
 )
 
 // rule C3: an open that the store served from a whole store copy, and that
@@ -18,27 +16,7 @@ import (
 // writer wrote, not the store copy its release left a stub of. Without the
 // second look (node.hostReleases) it read "old content" and zeros.
 func TestC3_AnOpenRacingAHostWritersReleaseReadsItsWrites(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mount tests need root")
-	}
-	base := t.TempDir()
-	host := filepath.Join(base, "host")
-	if err := os.Mkdir(host, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(host, "f"), []byte("old content"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	root, err := hostpath.Open(host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	st, err := store.Open(store.Config{Host: root, Tree: filepath.Join(base, "tree"), State: consistency.Cached})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := newOneFileStore(t, consistency.Cached, "old content")
 	// Set before the mount (its server goroutines read it), armed later.
 	var armed atomic.Pointer[func()]
 	testHookStoreOpened = func(string) {
@@ -46,12 +24,8 @@ func TestC3_AnOpenRacingAHostWritersReleaseReadsItsWrites(t *testing.T) {
 			(*f)()
 		}
 	}
-	defer func() { testHookStoreOpened = nil }()
-	m, err := New(st, filepath.Join(base, "mnt"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Unmount()
+	t.Cleanup(func() { testHookStoreOpened = nil })
+	m := mountStore(t, st)
 	mnt := filepath.Join(m.Mountpoint(), "f")
 	releases := func() int64 { return st.Stats().Ops["release"] }
 	waitReleases := func(n int64) {

@@ -27,6 +27,23 @@ type prefillRig struct {
 
 func newPrefillRig(t *testing.T, state consistency.State, content string) *prefillRig {
 	t.Helper()
+	r := &prefillRig{st: newOneFileStore(t, state, content)}
+	// Set before the mount (its server goroutines read it), armed later.
+	testHookPrefillRead = func() {
+		if f := r.armed.Swap(nil); f != nil {
+			(*f)()
+		}
+	}
+	t.Cleanup(func() { testHookPrefillRead = nil })
+	r.m = mountStore(t, r.st)
+	r.mnt = filepath.Join(r.m.Mountpoint(), "f")
+	return r
+}
+
+// newOneFileStore opens a store in state over a new host folder holding one
+// file, f (content). Tests that mount it need root.
+func newOneFileStore(t *testing.T, state consistency.State, content string) *store.Store {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("mount tests need root")
 	}
@@ -49,21 +66,18 @@ func newPrefillRig(t *testing.T, state consistency.State, content string) *prefi
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	r := &prefillRig{st: st}
-	// Set before the mount (its server goroutines read it), armed later.
-	testHookPrefillRead = func() {
-		if f := r.armed.Swap(nil); f != nil {
-			(*f)()
-		}
-	}
-	t.Cleanup(func() { testHookPrefillRead = nil })
-	m, err := New(st, filepath.Join(base, "mnt"), Options{})
+	return st
+}
+
+// mountStore mounts st in a new directory until the test ends.
+func mountStore(t *testing.T, st *store.Store) *Mount {
+	t.Helper()
+	m, err := New(st, filepath.Join(t.TempDir(), "mnt"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Unmount() })
-	r.m, r.mnt = m, filepath.Join(m.Mountpoint(), "f")
-	return r
+	return m
 }
 
 func (r *prefillRig) ops(kind string) int64 { return r.st.Stats().Ops[kind] }
