@@ -145,8 +145,12 @@ func TestPrefill_ALargeFileIsReadByReadRequests(t *testing.T) {
 // holds its old content waits for the prefill, so the old content cannot
 // land over what the writer wrote (the kernel writes a file's cached pages
 // itself, before the WRITE reaches the plugin). Without the writers'
-// exclusion the writer finished inside the prefill, and the file then read
-// "old content" from the kernel's cache.
+// exclusion the writer finished inside the prefill ("a writer opened and
+// wrote the file while a prefill held its old content"). The read after it
+// passes either way here: the write moved the mtime, so the kernel drops
+// its pages at the next attribute refresh (auto_inval_data), and the next
+// open stores the new content. A mapping, or a write that keeps the mtime,
+// gets no such second chance; hence the test of the exclusion itself.
 func TestD3_APrefillNeverPutsOldContentOverAWrite(t *testing.T) {
 	for _, state := range []consistency.State{consistency.Cached, consistency.Delegated} {
 		t.Run(state.String(), func(t *testing.T) {
@@ -192,7 +196,10 @@ func TestD3_APrefillNeverPutsOldContentOverAWrite(t *testing.T) {
 
 // rule D3: a truncate while a prefill holds the old content is not undone
 // by it (a stored page past the new end would give the file its old size
-// back). Without the content generation the file read "old content" again.
+// back). Without the content generation the prefill stores the old content
+// ("1 prefills, want 0"); the reads pass even then, as the kernel, told of
+// the larger size, asks for the size again before it reads. The generation
+// is what keeps that from resting on the kernel's order of checks.
 func TestD3_APrefillNeverUndoesATruncate(t *testing.T) {
 	r := newPrefillRig(t, consistency.Delegated, "old content")
 	truncate := func() {
