@@ -154,7 +154,7 @@ func (m *Mount) Invalidate(rel string, content, entry bool) {
 			cur = cur.GetChild(seg)
 		}
 	}
-	m.root.fs.contentChanged(func() {
+	drop := func() {
 		if entry && name != "" && parent != nil {
 			parent.NotifyEntry(name)
 		}
@@ -165,7 +165,12 @@ func (m *Mount) Invalidate(rel string, content, entry bool) {
 			}
 			cur.NotifyContent(off, 0)
 		}
-	})
+	}
+	if !content {
+		drop() // attributes or the name only: no prefill stands down
+		return
+	}
+	m.root.fs.contentChanged(drop)
 }
 
 // filesystem is what all nodes of one mount share.

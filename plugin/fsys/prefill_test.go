@@ -266,3 +266,18 @@ func TestD1_APrefillNeverUndoesAHostChangeBroughtIn(t *testing.T) {
 		t.Errorf("%d prefills, want 0: the content changed after it was read", n)
 	}
 }
+
+// Dropping only a file's attributes (Mount.Invalidate without content)
+// changes nothing the kernel caches of its content: the next open stores
+// nothing again. Had it bumped the content generation: "2 prefills".
+func TestPrefill_AnAttributeInvalidationStoresNothingAgain(t *testing.T) {
+	r := newPrefillRig(t, consistency.Cached, "package f\n")
+	r.read(t)
+	r.m.Invalidate("f", false, false)
+	if got := r.read(t); got != "package f\n" {
+		t.Fatalf("read %q", got)
+	}
+	if n, p := r.ops("read"), r.ops("prefill"); n != 0 || p != 1 {
+		t.Errorf("%d READs and %d prefills, want 0 and 1", n, p)
+	}
+}
