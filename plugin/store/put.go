@@ -42,7 +42,35 @@ func (p putter) Put(ctx context.Context, rel string) error {
 // Nothing is fsynced on the host here: the host's page cache holds what a
 // Put wrote, as it would a write made on a native mount without fsync. A
 // container's fsync adds the host fsync (Store.Sync).
+//
+// The host's parent directory is only looked at when the Put finds it
+// missing: writing back a tree, every create in a directory makes the
+// share's cached attributes of that directory stale, so looking at the
+// parent first cost a round trip per file (sshfs: an LSTAT of the 11 or so
+// requests a new file takes).
 func (s *Store) put(ctx context.Context, rel string) error {
+	err := s.putEntry(ctx, rel)
+	if err == nil || rel == "" || !parentMissing(err) {
+		return err
+	}
+	// No directory at rel's parent on the host: never written back, or
+	// removed or replaced there. Write the parents back, then try again.
+	if perr := s.ensureHostParent(ctx, rel); perr != nil {
+		return perr
+	}
+	return s.putEntry(ctx, rel)
+}
+
+// parentMissing reports a Put error that a missing host parent directory
+// explains: nothing there (ENOENT), a file there (ENOTDIR) or a symlink
+// there, which is never followed (ErrEscape). A Put that failed so made no
+// change on the host.
+func parentMissing(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, hostpath.ErrEscape)
+}
+
+// putEntry is put for a rel whose host parent is taken to exist.
+func (s *Store) putEntry(ctx context.Context, rel string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -52,11 +80,6 @@ func (s *Store) put(ctx context.Context, rel string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("writeback %q: %w", rel, err)
-	}
-	if rel != "" {
-		if err := s.ensureHostParent(ctx, rel); err != nil {
-			return err
-		}
 	}
 	hst, herr := s.host.Lstat(rel)
 	exists := herr == nil
@@ -83,9 +106,13 @@ func (s *Store) put(ctx context.Context, rel string) error {
 		}
 	}
 	var written *unix.Stat_t // the host's attributes, when the Put already has them
+	var have *unix.Stat_t    // what the host entry has for putAttrs (nil: unknown)
+	if exists {
+		have = &hst
+	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
-		err = s.putDir(ctx, rel, &st, exists, &hst)
+		have, err = s.putDir(ctx, rel, &st, exists, &hst)
 	case unix.S_IFREG:
 		written, err = s.putFile(rel, &st, exists, &hst)
 	case unix.S_IFLNK:
@@ -99,7 +126,7 @@ func (s *Store) put(ctx context.Context, rel string) error {
 		return fmt.Errorf("writeback %q: %w", rel, err)
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR || isSpecial(st.Mode) {
-		s.putAttrs(rel, &st)
+		s.putAttrs(rel, &st, have)
 	}
 	if written == nil {
 		if hst, err := s.host.Lstat(rel); err == nil {
@@ -230,23 +257,33 @@ func (s *Store) putAbsent(rel string) error {
 }
 
 // putDir creates the directory on the host if missing; a directory the host
-// never had is written back with everything in it.
-func (s *Store) putDir(ctx context.Context, rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t) error {
+// never had is written back with everything in it. It returns what the host
+// directory has for putAttrs: hst if it was there, the new directory's owner
+// and mode if it made one (its times change with every entry written into
+// it, so they are marked unknown), nil if it cannot tell.
+func (s *Store) putDir(ctx context.Context, rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t) (*unix.Stat_t, error) {
 	if exists && hst.Mode&unix.S_IFMT != unix.S_IFDIR {
 		if err := s.host.RemoveAll(rel); err != nil {
-			return err
+			return nil, err
 		}
 		exists = false
 	}
 	if exists {
-		return nil
+		return hst, nil
 	}
 	if err := s.host.Mkdir(rel, st.Mode&07777); err != nil && !errors.Is(err, unix.EEXIST) {
-		return err
+		return nil, err
+	}
+	// A share answers a mkdir with the new directory's attributes, so this
+	// lookup is usually served by the kernel's cache.
+	var have *unix.Stat_t
+	if made, err := s.host.Lstat(rel); err == nil {
+		made.Mtim.Nsec = -1 // matches no time: putAttrs sets the times
+		have = &made
 	}
 	entries, err := s.local.ReadDir(rel)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, e := range entries {
 		child := join(rel, e.Name)
@@ -257,10 +294,10 @@ func (s *Store) putDir(ctx context.Context, rel string, st *unix.Stat_t, exists 
 			continue
 		}
 		if err := s.put(ctx, child); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return have, nil
 }
 
 // putFile copies the store file's content to the host: into a temporary file
@@ -270,7 +307,7 @@ func (s *Store) putDir(ctx context.Context, rel string, st *unix.Stat_t, exists 
 // the file when it has them without another lookup.
 func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t) (*unix.Stat_t, error) {
 	if exists && s.IsStub(rel) { // a new file has no stub: no xattr lookup
-		s.putAttrs(rel, st) // content never left the host; only attributes changed
+		s.putAttrs(rel, st, hst) // content never left the host; only attributes changed
 		return nil, nil
 	}
 	src, err := s.local.OpenFile(rel, unix.O_RDONLY, 0)
@@ -462,16 +499,30 @@ func (s *Store) putSymlink(rel string, st *unix.Stat_t, exists bool, hst *unix.S
 }
 
 // putAttrs copies owner, mode, times and user xattrs to the host, best
-// effort for owner (shares often refuse chown).
-func (s *Store) putAttrs(rel string, st *unix.Stat_t) {
-	s.hostChown(rel, Owner{int(st.Uid), int(st.Gid)})
-	if err := s.host.Chmod(rel, st.Mode&07777); err != nil {
-		s.log.Debug("writeback chmod", "path", rel, "err", err)
+// effort for owner (shares often refuse chown). have is what the host entry
+// has (nil: unknown): owner, mode and times it already has are not set
+// again, because each set is a round trip on a share (two on sshfs, which
+// looks the entry up after it). A directory that gained entries is written
+// back each time its times change, and mostly needs only its times set.
+func (s *Store) putAttrs(rel string, st *unix.Stat_t, have *unix.Stat_t) {
+	chowned := false
+	if have == nil || have.Uid != st.Uid || have.Gid != st.Gid {
+		s.hostChown(rel, Owner{int(st.Uid), int(st.Gid)})
+		chowned = true
+	}
+	// A chown may clear setuid and setgid: the mode goes after it.
+	if chowned || have.Mode&07777 != st.Mode&07777 {
+		if err := s.host.Chmod(rel, st.Mode&07777); err != nil {
+			s.log.Debug("writeback chmod", "path", rel, "err", err)
+		}
 	}
 	if names, err := s.Listxattr(rel); err == nil {
 		s.copyXattrs(rel, names,
 			func(name string, buf []byte) (int, error) { return s.local.Getxattr(rel, name, buf) },
 			func(name string, val []byte) error { return s.host.Setxattr(rel, name, val, 0) })
+	}
+	if have != nil && have.Atim == st.Atim && have.Mtim == st.Mtim {
+		return
 	}
 	atime, mtime := st.Atim, st.Mtim
 	if err := s.host.Utimes(rel, &atime, &mtime); err != nil {

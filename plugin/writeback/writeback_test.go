@@ -439,12 +439,14 @@ func TestFlushCoversPrefixesOnly(t *testing.T) {
 	wantJournal(t, r.j)
 }
 
-func TestFlushPutsOldestFirst(t *testing.T) {
+// A Flush takes its paths oldest first within each directory, and one
+// directory after another: the first path of each, then the second of each.
+func TestFlushPutsOldestFirstInEachDirectory(t *testing.T) {
 	r := newRig(t, Options{Delay: never, Workers: 1})
-	r.dirty(t, "c", "a", "b/x", "b")
+	r.dirty(t, "c", "a", "b/x", "b", "b/y")
 	done := r.flush(context.Background())
 	var order []string
-	for range 4 {
+	for range 5 {
 		c := r.p.next(t)
 		order = append(order, c.rel)
 		c.ok()
@@ -452,8 +454,42 @@ func TestFlushPutsOldestFirst(t *testing.T) {
 	if err := result(t, done); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"c", "a", "b/x", "b"}; !slices.Equal(order, want) {
+	if want := []string{"c", "b/x", "a", "b/y", "b"}; !slices.Equal(order, want) {
 		t.Fatalf("put order %q, want %q", order, want)
+	}
+}
+
+// The exit flush (rule D4) of a tree: the workers write back one path in
+// each of several directories at once, not several in one. On a share the
+// kernel holds a directory's lock for each create and rename in it, round
+// trip included, so Puts in one directory wait for each other: 8 workers
+// flushing 200 directories of 100 new files over sshfs took 34 s, spread
+// over directories 14 to 16 s.
+func TestD4_FlushSpreadsItsPutsOverDirectories(t *testing.T) {
+	const dirs, files = 4, 5
+	r := newRig(t, Options{Delay: never, Workers: dirs})
+	for d := range dirs { // dirtied directory by directory, as cp -r or an untar does
+		for f := range files {
+			r.dirty(t, fmt.Sprintf("d%d/f%d", d, f))
+		}
+	}
+	done := r.flush(context.Background())
+	first := r.p.nextN(t, dirs) // the Puts running side by side
+	inDir := map[string][]string{}
+	for rel := range first {
+		inDir[filepath.Dir(rel)] = append(inDir[filepath.Dir(rel)], rel)
+	}
+	if len(inDir) != dirs {
+		t.Errorf("the first %d Puts of the flush ran in %d directories, want %d: %v", dirs, len(inDir), dirs, inDir)
+	}
+	for _, c := range first {
+		c.ok()
+	}
+	for range dirs*files - dirs {
+		r.p.next(t).ok()
+	}
+	if err := result(t, done); err != nil {
+		t.Fatal(err)
 	}
 }
 
