@@ -48,7 +48,8 @@
 // heap's top only. A MarkDirty on a path already queued touches neither. A
 // Flush makes its paths due at once and takes them oldest first in each
 // directory, a directory after another (spreader): Puts in one directory
-// of a share wait for each other.
+// of a share wait for each other. The background writeback is ordered so
+// too when it goes full speed (_spread).
 package writeback
 
 import (
@@ -209,18 +210,19 @@ const (
 // MarkDirty until its "clean" record is written, and in Queue.wait exactly
 // while its state is stDirty or stFailed.
 type item struct {
-	rel      string
-	state    state
-	gen      uint64    // bumped by every MarkDirty
-	seq      uint64    // order of becoming dirty: ties in the heap go oldest first
-	spread   uint32    // under a Flush: its place among that Flush's paths in its directory (see Flush)
-	due      time.Time // when a worker may pick it up (in the heap)
-	index    int       // position in the heap, -1 if not in it
-	since    time.Time // no unwritten change is older than this
-	failures int       // consecutive failed Puts (drives the backoff)
-	holds    int       // open Holds: not scheduled on its own, never cleaned
-	err      error     // last Put's error, nil if it succeeded or none ran
-	waits    []waiter  // Flush calls waiting for this path
+	rel         string
+	state       state
+	gen         uint64    // bumped by every MarkDirty
+	seq         uint64    // order of becoming dirty: ties in the heap go oldest first
+	spread      uint32    // under a Flush or _spread: its place among their paths in its directory (spreader)
+	spreadSince time.Time // set by _spread: the oldest change among the paths it spread (for MaxDelay)
+	due         time.Time // when a worker may pick it up (in the heap)
+	index       int       // position in the heap, -1 if not in it
+	since       time.Time // no unwritten change is older than this
+	failures    int       // consecutive failed Puts (drives the backoff)
+	holds       int       // open Holds: not scheduled on its own, never cleaned
+	err         error     // last Put's error, nil if it succeeded or none ran
+	waits       []waiter  // Flush calls waiting for this path
 }
 
 // waiter is one Flush waiting for a Put that started at generation gen or
@@ -253,6 +255,7 @@ type Queue struct {
 	// lastChange is when the latest MarkDirty or Touch came (UnixNano):
 	// background writeback waits for it to be Quiet ago.
 	lastChange atomic.Int64
+	spreadFor  int64 // the lastChange of the quiet spell _spread last ran in (-1: none yet)
 
 	mu       sync.Mutex
 	work     sync.Cond // idle workers wait here for a due item
@@ -302,6 +305,8 @@ func New(j *journal.Journal, put Putter, opts Options) *Queue {
 		stop:  make(chan struct{}),
 		items: make(map[string]*item),
 		under: make(map[string]int),
+
+		spreadFor: -1,
 	}
 	q.work.L = &q.mu
 	q.settled.L = &q.mu
@@ -387,7 +392,11 @@ func (q *Queue) _readyAt(it *item) time.Time {
 	if !quiet.After(it.due) {
 		return it.due
 	}
-	if latest := it.since.Add(q.opts.MaxDelay); latest.Before(quiet) {
+	since := it.since
+	if !it.spreadSince.IsZero() && it.spreadSince.Before(since) {
+		since = it.spreadSince
+	}
+	if latest := since.Add(q.opts.MaxDelay); latest.Before(quiet) {
 		return maxTime(latest, it.due)
 	}
 	return quiet
@@ -560,6 +569,47 @@ func (q *Queue) Flush(ctx context.Context, prefixes ...string) error {
 	return errors.Join(errs...)
 }
 
+// dueSpread is the due time _spread gives the paths it spreads: due at once,
+// after every path a Flush waits for (due at the zero time).
+var dueSpread = time.Unix(0, 1)
+
+// _spread orders the background writeback as a Flush orders its paths
+// (spreader) when it goes full speed, the container quiet: the paths due
+// by now become due at once (dueSpread), oldest first in each directory, a
+// directory after another. Once per quiet spell (spreadFor).
+//
+// That changes when none of them may start: quiet, all of them may now.
+// When the container gets busy again before they are written, each may
+// wait for quiet or MaxDelay again, and MaxDelay counts from the oldest
+// change among them (spreadSince): the heap's top, which the timer and the
+// workers look at, is never one that may wait longer than another.
+func (q *Queue) _spread(now time.Time) {
+	last := q.lastChange.Load()
+	if q.opts.Quiet <= 0 || last == q.spreadFor || now.Before(time.Unix(0, last).Add(q.opts.Quiet)) {
+		return
+	}
+	q.spreadFor = last
+	var its []*item
+	var oldest time.Time
+	for _, it := range q.wait {
+		if len(it.waits) == 0 && !it.due.IsZero() && !it.due.After(now) {
+			its = append(its, it)
+			if oldest.IsZero() || it.since.Before(oldest) {
+				oldest = it.since
+			}
+		}
+	}
+	if len(its) < 2 {
+		return
+	}
+	slices.SortFunc(its, func(a, b *item) int { return cmp.Compare(a.seq, b.seq) })
+	sp := make(spreader)
+	for _, it := range its {
+		it.due, it.spread, it.spreadSince = dueSpread, sp.next(it.rel), oldest
+	}
+	heap.Init(&q.wait)
+}
+
 // spreader numbers a Flush's paths within each directory, oldest first
 // (parent path -> paths numbered so far).
 //
@@ -684,6 +734,7 @@ func (q *Queue) scheduler() {
 					wait = due
 				}
 			} else {
+				q._spread(now)
 				q.work.Broadcast()
 			}
 		}
@@ -720,6 +771,7 @@ func (q *Queue) worker() {
 			q.busyPuts++
 		}
 		it := heap.Pop(&q.wait).(*item)
+		it.spread, it.spreadSince = 0, time.Time{}
 		q._kick() // the top changed; the scheduler re-arms its timer
 		it.state = stWriting
 		gen := it.gen

@@ -907,6 +907,39 @@ func every(f func(i int) error) (stop func()) {
 	return func() { close(done); wg.Wait() }
 }
 
+// When the container goes quiet after a burst (an untar, npm install), the
+// background writeback takes the burst as a Flush would: one path in each
+// directory at a time, not several in one (TestD4_FlushSpreadsItsPutsOverDirectories
+// says why).
+func TestBackgroundWritebackSpreadsOverDirectories(t *testing.T) {
+	const dirs, files = 4, 5
+	r := newRig(t, Options{Delay: time.Millisecond, Quiet: 500 * time.Millisecond, MaxDelay: never, BusyWorkers: -1, Workers: dirs})
+	for d := range dirs { // the burst, directory by directory
+		for f := range files {
+			r.dirty(t, fmt.Sprintf("d%d/f%d", d, f))
+		}
+	}
+	first := r.p.nextN(t, dirs) // the Puts running side by side once quiet
+	inDir := map[string][]string{}
+	for rel := range first {
+		inDir[filepath.Dir(rel)] = append(inDir[filepath.Dir(rel)], rel)
+	}
+	if len(inDir) != dirs {
+		t.Errorf("the first %d Puts after the burst ran in %d directories, want %d: %v", dirs, len(inDir), dirs, inDir)
+	}
+	for _, c := range first {
+		c.ok()
+	}
+	for range dirs*files - dirs {
+		r.p.next(t).ok()
+	}
+	for d := range dirs {
+		for f := range files {
+			r.waitClean(t, fmt.Sprintf("d%d/f%d", d, f))
+		}
+	}
+}
+
 // Background writeback waits while the container keeps making changes, and
 // starts once it has been quiet for Quiet.
 func TestBackgroundWritebackWaitsForQuiet(t *testing.T) {
