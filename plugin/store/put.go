@@ -62,9 +62,10 @@ func (s *Store) put(ctx context.Context, rel string) error {
 }
 
 // parentMissing reports a Put error that a missing host parent directory
-// explains: nothing there (ENOENT), a file there (ENOTDIR) or a symlink
-// there, which is never followed (ErrEscape). A Put that failed so made no
-// change on the host.
+// may explain: nothing there (ENOENT), a file there (ENOTDIR) or a symlink
+// there, which is never followed (ErrEscape). Trying again is safe whatever
+// the first try did: a Put makes the host match the store, however far it
+// got before.
 func parentMissing(err error) bool {
 	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, hostpath.ErrEscape)
 }

@@ -468,28 +468,43 @@ func TestFlushPutsOldestFirstInEachDirectory(t *testing.T) {
 func TestD4_FlushSpreadsItsPutsOverDirectories(t *testing.T) {
 	const dirs, files = 4, 5
 	r := newRig(t, Options{Delay: never, Workers: dirs})
-	for d := range dirs { // dirtied directory by directory, as cp -r or an untar does
+	r.dirtyTree(t, dirs, files)
+	done := r.flush(context.Background())
+	r.putsSpread(t, "of the flush", dirs, files)
+	if err := result(t, done); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dirtyTree dirties dirs x files paths d<i>/f<j>, directory by directory, as
+// cp -r or an untar does.
+func (r *rig) dirtyTree(t *testing.T, dirs, files int) {
+	t.Helper()
+	for d := range dirs {
 		for f := range files {
 			r.dirty(t, fmt.Sprintf("d%d/f%d", d, f))
 		}
 	}
-	done := r.flush(context.Background())
-	first := r.p.nextN(t, dirs) // the Puts running side by side
+}
+
+// putsSpread answers the Puts of a tree from dirtyTree, as many workers as
+// directories, and fails unless the first Puts running side by side are one
+// in each directory.
+func (r *rig) putsSpread(t *testing.T, what string, dirs, files int) {
+	t.Helper()
+	first := r.p.nextN(t, dirs)
 	inDir := map[string][]string{}
 	for rel := range first {
 		inDir[filepath.Dir(rel)] = append(inDir[filepath.Dir(rel)], rel)
 	}
 	if len(inDir) != dirs {
-		t.Errorf("the first %d Puts of the flush ran in %d directories, want %d: %v", dirs, len(inDir), dirs, inDir)
+		t.Errorf("the first %d Puts %s ran in %d directories, want %d: %v", dirs, what, len(inDir), dirs, inDir)
 	}
 	for _, c := range first {
 		c.ok()
 	}
 	for range dirs*files - dirs {
 		r.p.next(t).ok()
-	}
-	if err := result(t, done); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -914,25 +929,8 @@ func every(f func(i int) error) (stop func()) {
 func TestBackgroundWritebackSpreadsOverDirectories(t *testing.T) {
 	const dirs, files = 4, 5
 	r := newRig(t, Options{Delay: time.Millisecond, Quiet: 500 * time.Millisecond, MaxDelay: never, BusyWorkers: -1, Workers: dirs})
-	for d := range dirs { // the burst, directory by directory
-		for f := range files {
-			r.dirty(t, fmt.Sprintf("d%d/f%d", d, f))
-		}
-	}
-	first := r.p.nextN(t, dirs) // the Puts running side by side once quiet
-	inDir := map[string][]string{}
-	for rel := range first {
-		inDir[filepath.Dir(rel)] = append(inDir[filepath.Dir(rel)], rel)
-	}
-	if len(inDir) != dirs {
-		t.Errorf("the first %d Puts after the burst ran in %d directories, want %d: %v", dirs, len(inDir), dirs, inDir)
-	}
-	for _, c := range first {
-		c.ok()
-	}
-	for range dirs*files - dirs {
-		r.p.next(t).ok()
-	}
+	r.dirtyTree(t, dirs, files) // the burst
+	r.putsSpread(t, "after the burst", dirs, files)
 	for d := range dirs {
 		for f := range files {
 			r.waitClean(t, fmt.Sprintf("d%d/f%d", d, f))
