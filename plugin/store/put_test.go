@@ -5,6 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/bindstate/bindstate/plugin/consistency"
 )
@@ -39,5 +42,38 @@ func TestD4_PutWritesBackAParentTheHostRemoved(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(host, "d/e/f")); err != nil || string(b) != "second" {
 		t.Fatalf("host d/e/f = %q (%v), want %q", b, err, "second")
+	}
+}
+
+// hostChown looks before it changes: an owner the host entry has already is
+// not set again (a chown is a round trip on a share, two on sshfs), and one
+// it has not is. The host's ctime tells whether a chown ran: any chown sets
+// it, even to the owner the file has.
+func TestHostChownLeavesAnOwnerThatIsRight(t *testing.T) {
+	s := openTestStore(t, consistency.Cached, func(h string) {
+		os.WriteFile(filepath.Join(h, "f"), []byte("x"), 0o644)
+	})
+	host := filepath.Join(s.Host().Path(), "f")
+	ctime := func() unix.Timespec {
+		t.Helper()
+		var st unix.Stat_t
+		if err := unix.Lstat(host, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ctim
+	}
+	before := ctime()
+	time.Sleep(20 * time.Millisecond) // past the coarse clock's next tick
+	s.hostChown("f", Owner{Uid: os.Getuid(), Gid: os.Getgid()})
+	if after := ctime(); after != before {
+		t.Fatalf("chown to the owner the host file has ran (ctime %v -> %v)", before, after)
+	}
+	if os.Getuid() != 0 {
+		t.Skip("changing a file's owner needs root")
+	}
+	s.hostChown("f", Owner{Uid: 4242, Gid: 4343})
+	var st unix.Stat_t
+	if err := unix.Lstat(host, &st); err != nil || st.Uid != 4242 || st.Gid != 4343 {
+		t.Fatalf("host owner %d:%d (%v), want 4242:4343", st.Uid, st.Gid, err)
 	}
 }
