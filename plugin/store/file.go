@@ -152,7 +152,7 @@ func (s *Store) Create(ctx context.Context, rel string, flags int, mode uint32, 
 				return err
 			}
 			f.host = hf
-			s.hostChown(rel, o)
+			s.hostChown(rel, o, nil)
 			return nil
 		},
 		func() error {

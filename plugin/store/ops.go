@@ -239,19 +239,28 @@ func (s *Store) chown(rel string, o Owner) error { return s.local.Lchown(rel, o.
 
 // hostChown sets the owner on the host, best effort: many shares refuse
 // chown, and the container's view (the store) is what the caller checks.
+// It reports whether it tried (a chown may clear setuid and setgid: a
+// caller setting the mode too sets it after).
 //
-// An owner the entry already has is left alone. The callers have just made
-// or written the entry, so the kernel has its attributes from that reply
-// and looking costs no round trip, where a chown is one (two on sshfs, which
-// looks the entry up after it): in cached, one of the 12 or so requests a
-// small file of an untar makes on the share.
-func (s *Store) hostChown(rel string, o Owner) {
-	if st, err := s.host.Lstat(rel); err == nil && int(st.Uid) == o.Uid && int(st.Gid) == o.Gid {
-		return
+// An owner the entry already has is left alone: have is what the caller
+// knows the entry has, or nil, and then it looks. The callers have just
+// made or written the entry, so the kernel has its attributes from that
+// reply and looking costs no round trip, where a chown is one (two on
+// sshfs, which looks the entry up after it): in cached, one of the 12 or so
+// requests a small file of an untar makes on the share.
+func (s *Store) hostChown(rel string, o Owner, have *unix.Stat_t) bool {
+	if have == nil {
+		if st, err := s.host.Lstat(rel); err == nil {
+			have = &st
+		}
+	}
+	if have != nil && int(have.Uid) == o.Uid && int(have.Gid) == o.Gid {
+		return false
 	}
 	if err := s.host.Lchown(rel, o.Uid, o.Gid); err != nil {
 		s.log.Debug("host refused chown", "path", rel, "err", err)
 	}
+	return true
 }
 
 // Mkdir creates directory rel.
@@ -266,7 +275,7 @@ func (s *Store) Mkdir(ctx context.Context, rel string, mode uint32, o Owner) err
 			if err := s.host.Mkdir(rel, mode); err != nil {
 				return err
 			}
-			s.hostChown(rel, o)
+			s.hostChown(rel, o, nil)
 			return nil
 		},
 		func() error {
@@ -296,7 +305,7 @@ func (s *Store) Mknod(ctx context.Context, rel string, mode uint32, dev uint64, 
 				if err := s.host.Mknod(rel, mode|unix.S_IFREG, 0); err != nil {
 					return err
 				}
-				s.hostChown(rel, o)
+				s.hostChown(rel, o, nil)
 				return nil
 			},
 			func() error {
@@ -311,7 +320,7 @@ func (s *Store) Mknod(ctx context.Context, rel string, mode uint32, dev uint64, 
 			if err := s.host.Mknod(rel, mode, dev); err != nil {
 				return err
 			}
-			s.hostChown(rel, o)
+			s.hostChown(rel, o, nil)
 			return nil
 		},
 		func() error {
@@ -334,7 +343,7 @@ func (s *Store) Symlink(ctx context.Context, target, rel string, o Owner) error 
 			if err := s.host.Symlink(target, rel); err != nil {
 				return err
 			}
-			s.hostChown(rel, o)
+			s.hostChown(rel, o, nil)
 			return nil
 		},
 		func() error {

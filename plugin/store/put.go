@@ -495,7 +495,7 @@ func (s *Store) putSymlink(rel string, st *unix.Stat_t, exists bool, hst *unix.S
 		s.host.Remove(tmp)
 		return err
 	}
-	s.hostChown(rel, Owner{int(st.Uid), int(st.Gid)})
+	s.hostChown(rel, Owner{int(st.Uid), int(st.Gid)}, nil)
 	return nil
 }
 
@@ -506,13 +506,9 @@ func (s *Store) putSymlink(rel string, st *unix.Stat_t, exists bool, hst *unix.S
 // looks the entry up after it). A directory that gained entries is written
 // back each time its times change, and mostly needs only its times set.
 func (s *Store) putAttrs(rel string, st *unix.Stat_t, have *unix.Stat_t) {
-	chowned := false
-	if have == nil || have.Uid != st.Uid || have.Gid != st.Gid {
-		s.hostChown(rel, Owner{int(st.Uid), int(st.Gid)})
-		chowned = true
-	}
+	chowned := s.hostChown(rel, Owner{int(st.Uid), int(st.Gid)}, have)
 	// A chown may clear setuid and setgid: the mode goes after it.
-	if chowned || have.Mode&07777 != st.Mode&07777 {
+	if chowned || have == nil || have.Mode&07777 != st.Mode&07777 {
 		if err := s.host.Chmod(rel, st.Mode&07777); err != nil {
 			s.log.Debug("writeback chmod", "path", rel, "err", err)
 		}

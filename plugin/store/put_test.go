@@ -54,26 +54,57 @@ func TestHostChownLeavesAnOwnerThatIsRight(t *testing.T) {
 		os.WriteFile(filepath.Join(h, "f"), []byte("x"), 0o644)
 	})
 	host := filepath.Join(s.Host().Path(), "f")
-	ctime := func() unix.Timespec {
-		t.Helper()
-		var st unix.Stat_t
-		if err := unix.Lstat(host, &st); err != nil {
-			t.Fatal(err)
-		}
-		return st.Ctim
-	}
-	before := ctime()
-	time.Sleep(20 * time.Millisecond) // past the coarse clock's next tick
-	s.hostChown("f", Owner{Uid: os.Getuid(), Gid: os.Getgid()})
-	if after := ctime(); after != before {
-		t.Fatalf("chown to the owner the host file has ran (ctime %v -> %v)", before, after)
+	before := lstatAfterTick(t, host)
+	s.hostChown("f", Owner{Uid: os.Getuid(), Gid: os.Getgid()}, nil)
+	if after := lstat(t, host); after.Ctim != before.Ctim {
+		t.Fatalf("chown to the owner the host file has ran (ctime %v -> %v)", before.Ctim, after.Ctim)
 	}
 	if os.Getuid() != 0 {
 		t.Skip("changing a file's owner needs root")
 	}
-	s.hostChown("f", Owner{Uid: 4242, Gid: 4343})
+	s.hostChown("f", Owner{Uid: 4242, Gid: 4343}, nil)
+	if st := lstat(t, host); st.Uid != 4242 || st.Gid != 4343 {
+		t.Fatalf("host owner %d:%d, want 4242:4343", st.Uid, st.Gid)
+	}
+}
+
+// lstat is unix.Lstat of path, failing t on an error.
+func lstat(t *testing.T, path string) unix.Stat_t {
+	t.Helper()
 	var st unix.Stat_t
-	if err := unix.Lstat(host, &st); err != nil || st.Uid != 4242 || st.Gid != 4343 {
-		t.Fatalf("host owner %d:%d (%v), want 4242:4343", st.Uid, st.Gid, err)
+	if err := unix.Lstat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// lstatAfterTick is lstat of path, then a wait past the coarse clock's next
+// tick: a change to path after it returns shows in its ctime.
+func lstatAfterTick(t *testing.T, path string) unix.Stat_t {
+	t.Helper()
+	st := lstat(t, path)
+	time.Sleep(20 * time.Millisecond)
+	return st
+}
+
+// putAttrs sets only the owner, mode and times the host entry does not have
+// already (each set is a round trip on a share): given what the host has,
+// it changes nothing there (the host's ctime stays), and a mode that
+// differs is set.
+func TestPutAttrsSetsOnlyWhatDiffers(t *testing.T) {
+	s := openTestStore(t, consistency.Delegated, func(h string) {
+		os.Mkdir(filepath.Join(h, "d"), 0o755)
+	})
+	host := filepath.Join(s.Host().Path(), "d")
+	have := lstatAfterTick(t, host)
+	want := have
+	s.putAttrs("d", &want, &have)
+	if now := lstat(t, host); now.Ctim != have.Ctim {
+		t.Fatalf("attributes the host directory had were set again (ctime %v -> %v)", have.Ctim, now.Ctim)
+	}
+	want.Mode = want.Mode&^07777 | 0o700
+	s.putAttrs("d", &want, &have)
+	if now := lstat(t, host); now.Mode&07777 != 0o700 {
+		t.Fatalf("host mode %o, want 700", now.Mode&07777)
 	}
 }

@@ -519,7 +519,7 @@ func (q *Queue) Flush(ctx context.Context, prefixes ...string) error {
 		}
 	}
 	// Oldest first within each directory (see spreader).
-	slices.SortFunc(its, func(a, b *item) int { return cmp.Compare(a.seq, b.seq) })
+	slices.SortFunc(its, bySeq)
 	now := time.Now()
 	sp := make(spreader)
 	for _, it := range its {
@@ -602,7 +602,7 @@ func (q *Queue) _spread(now time.Time) {
 	if len(its) < 2 {
 		return
 	}
-	slices.SortFunc(its, func(a, b *item) int { return cmp.Compare(a.seq, b.seq) })
+	slices.SortFunc(its, bySeq)
 	sp := make(spreader)
 	for _, it := range its {
 		it.due, it.spread, it.spreadSince = dueSpread, sp.next(it.rel), oldest
@@ -933,6 +933,9 @@ func (q *Queue) _count(rel string, delta int) {
 func beneath(rel, p string) bool {
 	return p == "" || rel == p || (len(rel) > len(p) && rel[len(p)] == '/' && rel[:len(p)] == p)
 }
+
+// bySeq orders items by when they became dirty, oldest first.
+func bySeq(a, b *item) int { return cmp.Compare(a.seq, b.seq) }
 
 // waitHeap orders items by due time, then by their place in their
 // directory under a Flush (spread), then by when they became dirty.
