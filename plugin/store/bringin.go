@@ -70,6 +70,7 @@ func (s *Store) RefreshEntry(rel string) (bool, error) {
 			if err := s.local.Setxattr(rel, xattrStub, []byte("1"), 0); err != nil {
 				return false, err
 			}
+			s.markedStub()
 			if err := s.EnsureContent(rel); err != nil {
 				return false, err
 			}

@@ -33,6 +33,12 @@ type File struct {
 	unbusy func() // ends the host refresh's hands-off for a cached writer
 	held   string // delegated: the path Hold was taken on at the first write ("" if none)
 	name   string // the path it was opened or created under
+
+	// kept: local is a Kept file's, shared with other handles and closed
+	// by the Kept (see OpenKept). localIsHost: local is the host file (a
+	// reader of a stub while the store is full).
+	kept        *Kept
+	localIsHost bool
 }
 
 // openFlags strips flags the store handles itself.
@@ -99,6 +105,7 @@ func (s *Store) Open(ctx context.Context, rel string, flags int, relNow func() (
 				if hf, herr := s.host.OpenFile(rel, unix.O_RDONLY, 0); herr == nil {
 					s.log.Warn("the local store is full: reading from the host", "path", rel, "err", err)
 					f.local = hf
+					f.localIsHost = true
 					return f, nil
 				}
 			}
@@ -370,6 +377,11 @@ func (f *File) closeAll() error {
 		f.hostRead.Close()
 		f.hostRead = nil
 	}
+	if f.kept != nil {
+		f.local = nil
+		f.kept.Drop()
+		f.kept = nil
+	}
 	if f.local != nil {
 		if e := f.local.Close(); err == nil {
 			err = e
@@ -534,6 +546,7 @@ func (f *File) restub() {
 		if err := unix.Fsetxattr(fd, xattrStub, []byte("1"), 0); err != nil {
 			f.s.log.Error("marking a host-written file's store copy stale", "path", rel, "err", err)
 		}
+		f.s.markedStub()
 		return
 	}
 	// As a populate makes a stub (adoptIn), with the host's times (both:
@@ -541,6 +554,7 @@ func (f *File) restub() {
 	// its owner and mode, as adoptIn gives: those changes went to both
 	// halves already, and one made since the stat would be undone.
 	err := stubFd(fd, st.Size)
+	f.s.markedStub()
 	if err == nil && st.Size == 0 {
 		// Empty on the host, and a stub before: the empty copy is the content.
 		if err = unix.Fremovexattr(fd, xattrStub); errors.Is(err, unix.ENODATA) {

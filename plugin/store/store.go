@@ -133,6 +133,8 @@ type Store struct {
 	tombs   map[string]Base
 	fetched atomic.Int64 // files whose content came from the host
 
+	kept keptSet // store files kept open between read-only opens (OpenKept)
+
 	// Metrics (see Stats), counted where the work happens.
 	hits         atomic.Int64 // opens served from content already local (countHit)
 	writtenBytes atomic.Int64 // file content written back to the host (countWrittenBytes)
@@ -228,6 +230,7 @@ func (s *Store) Close() error {
 	if s.journal != nil {
 		errs = append(errs, s.journal.Close())
 	}
+	s.closeKept()
 	errs = append(errs, s.local.Close())
 	return errors.Join(errs...)
 }
@@ -316,6 +319,7 @@ type Stats struct {
 	Conflicts    int64
 	Fetched      int64
 	Hits         int64            // opens served from content already local
+	Kept         int64            // store files kept open between read-only opens (OpenKept)
 	WrittenBytes int64            // file content written back to the host
 	Ops          map[string]int64 // container operations served, by kind
 	Writers      string           // cached: how files open for writing only are served, and why
@@ -348,6 +352,9 @@ func (s *Store) Stats() Stats {
 	if s.queue != nil {
 		st.WriteBack = s.queue.Stats()
 	}
+	s.kept.mu.Lock()
+	st.Kept = int64(len(s.kept.files))
+	s.kept.mu.Unlock()
 	return st
 }
 

@@ -1,0 +1,75 @@
+package fsys
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/bindstate/bindstate/plugin/consistency"
+	"github.com/bindstate/bindstate/plugin/store"
+)
+
+// waitKept waits until st keeps want files open (store.Kept): a node's
+// kept file goes when the kernel forgets the node, which it tells the
+// plugin in its own time.
+func waitKept(t *testing.T, st *store.Store, want int64) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); st.Stats().Kept != want; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the store keeps %d files open, want %d", st.Stats().Kept, want)
+		}
+	}
+}
+
+// Rule C3 through the mount: a file read (and so kept open by its node),
+// then written by a cached writer served from the host file, reads what
+// the writer wrote: its next open does not read the kept store copy, which
+// the writer's release left a stub. Without the store's stub generation
+// the prefill of that open stored the stub's "old content" and zeros.
+func TestC3_AReadAfterAHostWriterReadsItsWritesNotAKeptCopy(t *testing.T) {
+	st := newOneFileStore(t, consistency.Cached, "old content")
+	if !st.ServesFromHost() {
+		t.Skip("the test folder's file system is not one cached writers are served from the host on")
+	}
+	m := mountStore(t, st)
+	mnt := filepath.Join(m.Mountpoint(), "f")
+	if b, err := os.ReadFile(mnt); err != nil || string(b) != "old content" {
+		t.Fatalf("first read: %q %v", b, err)
+	}
+	waitKept(t, st, 1)
+	const want = "NEW content and more"
+	if err := os.WriteFile(mnt, []byte(want), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n := st.Stats().Ops["write"]; n != 0 {
+		t.Fatalf("the writer was not served from the host (%d WRITEs)", n)
+	}
+	for deadline := time.Now().Add(10 * time.Second); st.Stats().Ops["release"] < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for the writer's RELEASE")
+		}
+	}
+	if b, err := os.ReadFile(mnt); err != nil || string(b) != want {
+		t.Fatalf("read after the writer: %q %v, want %q", b, err, want)
+	}
+}
+
+// A file removed in the container has its kept store file closed (its
+// node forgotten), so its space is freed as on a native file system. And a
+// hot open is served by the kept one: no new one is kept.
+func TestAKeptFileGoesWithTheFile(t *testing.T) {
+	st := newOneFileStore(t, consistency.Delegated, "content")
+	m := mountStore(t, st)
+	mnt := filepath.Join(m.Mountpoint(), "f")
+	for range 3 {
+		if b, err := os.ReadFile(mnt); err != nil || string(b) != "content" {
+			t.Fatalf("read: %q %v", b, err)
+		}
+	}
+	waitKept(t, st, 1)
+	if err := os.Remove(mnt); err != nil {
+		t.Fatal(err)
+	}
+	waitKept(t, st, 0)
+}

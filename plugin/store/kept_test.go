@@ -1,0 +1,211 @@
+package store
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/consistency"
+	"github.com/bindstate/bindstate/plugin/writeback"
+)
+
+// keptRig is a store over a host folder holding f, populated, with what an
+// fsys node for f would pass to OpenKept.
+type keptRig struct {
+	rig  *storeRig
+	s    *Store
+	host string
+	ino  uint64 // f's store inode: the node's inode number
+}
+
+func newKeptRig(t *testing.T, st consistency.State, content string) *keptRig {
+	t.Helper()
+	r := newStoreRig(t, st, writeback.Options{}, func(h string) {
+		os.WriteFile(filepath.Join(h, "f"), []byte(content), 0o644)
+	})
+	if err := r.s.EnsurePopulated(""); err != nil {
+		t.Fatal(err)
+	}
+	lst, err := r.s.Lstat("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &keptRig{rig: r, s: r.s, host: r.host, ino: lst.Ino}
+}
+
+func relF() (string, bool) { return "f", true }
+
+// open is a read-only open of f as the node would make it, keeping k.
+func (r *keptRig) open(t *testing.T, k *Kept) (*File, *Kept) {
+	t.Helper()
+	f, nk, err := r.s.OpenKept(context.Background(), "f", unix.O_RDONLY|oLargefile, relF, r.ino, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, nk
+}
+
+func readAll(t *testing.T, f *File) string {
+	t.Helper()
+	buf := make([]byte, 4096)
+	n, err := f.ReadAt(buf, 0)
+	if err != nil && n == 0 {
+		t.Fatal(err)
+	}
+	return string(buf[:n])
+}
+
+// A second read-only open of a file is served from the descriptor the first
+// kept: the same file, no open of the store copy. Without keeping: "a
+// second open opened the store file again".
+func TestKeptFileServesTheNextOpen(t *testing.T) {
+	r := newKeptRig(t, consistency.Delegated, "content")
+	f1, k := r.open(t, nil)
+	if k == nil {
+		t.Fatal("a plain read-only open of a whole regular file kept nothing")
+	}
+	fd := f1.Fd()
+	if got := readAll(t, f1); got != "content" {
+		t.Fatalf("first open read %q", got)
+	}
+	f1.Release()
+	f2, k2 := r.open(t, k)
+	defer f2.Release()
+	if k2 != k || f2.Fd() != fd {
+		t.Fatalf("a second open opened the store file again (fd %d, kept %d)", f2.Fd(), fd)
+	}
+	if got := readAll(t, f2); got != "content" {
+		t.Fatalf("second open read %q", got)
+	}
+	k.Drop()
+}
+
+// What a writer changes in place is read through the kept descriptor, as
+// through a new one (rule D2's writes, read back in the container).
+func TestKeptFileSeesWritesInPlace(t *testing.T) {
+	r := newKeptRig(t, consistency.Delegated, "old")
+	f1, k := r.open(t, nil)
+	f1.Release()
+	defer k.Drop()
+	w, err := r.s.Open(context.Background(), "f", unix.O_WRONLY|unix.O_TRUNC, relF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt(context.Background(), []byte("new and longer"), 0); err != nil {
+		t.Fatal(err)
+	}
+	w.Release()
+	f2, k2 := r.open(t, k)
+	defer f2.Release()
+	if k2 != k {
+		t.Fatal("a write in place dropped the kept file")
+	}
+	if got := readAll(t, f2); got != "new and longer" {
+		t.Fatalf("read %q after the write, want %q", got, "new and longer")
+	}
+}
+
+// Rule C3: a cached writer served from the host file leaves the store copy
+// a stub at its release (restub), in place. A file kept before must not
+// serve the next open: it would read the stub, not what the writer wrote.
+// Without the stub generation: "read \"old\\x00\"".
+func TestC3_AFileKeptBeforeAHostWriterIsNotReadAfterIt(t *testing.T) {
+	r := newKeptRig(t, consistency.Cached, "old")
+	if !r.s.ServesFromHost() {
+		t.Skip("the test folder's file system is not one cached writers are served from the host on")
+	}
+	f1, k := r.open(t, nil)
+	if got := readAll(t, f1); got != "old" {
+		t.Fatalf("first read %q", got)
+	}
+	f1.Release()
+	defer k.Drop()
+
+	w, err := r.s.Open(context.Background(), "f", unix.O_WRONLY, relF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !w.HostPassthrough() {
+		t.Fatal("the writer may not be served from the host file")
+	}
+	if err := w.ServeFromHost(); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel's writes, straight to the host file.
+	if _, err := unix.Pwrite(w.HostFd(), []byte("new!"), 0); err != nil {
+		t.Fatal(err)
+	}
+	w.Release()
+
+	f2, k2 := r.open(t, k)
+	defer f2.Release()
+	if got := readAll(t, f2); got != "new!" {
+		t.Fatalf("read %q after the host writer's release, want %q", got, "new!")
+	}
+	if k2 == k {
+		t.Error("the file kept before the writer still serves opens")
+	}
+	k2.Drop()
+}
+
+// A file is kept only for the node it is: an open that found another store
+// inode at the path (changed under the kernel's entry) keeps nothing for
+// the node. Nor is an open with flags that change how it reads.
+func TestKeptOnlyForItsNodeAndPlainOpens(t *testing.T) {
+	r := newKeptRig(t, consistency.Delegated, "content")
+	f, nk, err := r.s.OpenKept(context.Background(), "f", unix.O_RDONLY, relF, r.ino+1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Release()
+	if nk != nil {
+		t.Error("kept a store file for a node of another inode")
+	}
+	f, nk, err = r.s.OpenKept(context.Background(), "f", unix.O_RDONLY|unix.O_NOATIME, relF, r.ino, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Release()
+	if nk != nil {
+		t.Error("kept a descriptor opened with O_NOATIME, which every later open would share")
+	}
+}
+
+// The kept descriptor is closed with its last reference (the node's Drop
+// after the handles' releases), or with the store. keptLive counts them.
+func TestKeptFileIsClosedWithItsLastReference(t *testing.T) {
+	r := newKeptRig(t, consistency.Delegated, "content")
+	before := keptLive.Load()
+	f1, k := r.open(t, nil)
+	fd := f1.Fd()
+	if keptLive.Load() != before+1 {
+		t.Fatalf("keptLive %d, want %d", keptLive.Load(), before+1)
+	}
+	k.Drop() // the node forgets it while the handle is open
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+		t.Fatalf("the kept file was closed under an open handle: %v", err)
+	}
+	f1.Release()
+	if keptLive.Load() != before {
+		t.Fatalf("keptLive %d after the last reference went, want %d", keptLive.Load(), before)
+	}
+
+	_, k = r.open(t, nil) // the handle is never released: the store closes it
+	k.Drop()
+	_, k = r.open(t, nil)
+	err := r.s.Close()
+	r.rig.s = nil
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keptLive.Load() != before {
+		t.Fatalf("keptLive %d after the store closed, want %d", keptLive.Load(), before)
+	}
+	k.Drop() // after the close: nothing counted twice
+	if keptLive.Load() != before {
+		t.Fatalf("keptLive %d after a Drop past the close, want %d", keptLive.Load(), before)
+	}
+}
