@@ -122,15 +122,16 @@ func (s *Store) keptValid(ino uint64, k *Kept) bool {
 }
 
 // keep makes f's store file a Kept, shared with f, if it may be: a regular
-// file with its content (Open fetched a stub's), opened from the store
-// (not from the host, as when the store is full), within keptMax. gen is
-// the stub generation read before Open looked at the file's stub mark.
+// file opened from the store (not from the host, as when the store is
+// full), within keptMax. Its content is here: Open looked at its stub mark
+// (and fetched a stub's), and a mark made since moved the stub generation
+// past gen, read before that look, so such a Kept is never used.
 func (s *Store) keep(f *File, ino, gen uint64) *Kept {
 	if f.local == nil || f.localIsHost || f.host != nil || f.hostRead != nil || f.lazy {
 		return nil
 	}
 	var st unix.Stat_t
-	if unix.Fstat(f.Fd(), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Ino != ino || isStubFd(f.local) {
+	if unix.Fstat(f.Fd(), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Ino != ino {
 		return nil
 	}
 	if keptLive.Add(1) > keptMax {

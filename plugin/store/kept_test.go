@@ -89,6 +89,9 @@ func TestKeptFileSeesWritesInPlace(t *testing.T) {
 	r := newKeptRig(t, consistency.Delegated, "old")
 	f1, k := r.open(t, nil)
 	f1.Release()
+	if k == nil {
+		t.Fatal("a plain read-only open of a whole regular file kept nothing")
+	}
 	defer k.Drop()
 	w, err := r.s.Open(context.Background(), "f", unix.O_WRONLY|unix.O_TRUNC, relF)
 	if err != nil {
@@ -118,6 +121,9 @@ func TestC3_AFileKeptBeforeAHostWriterIsNotReadAfterIt(t *testing.T) {
 		t.Skip("the test folder's file system is not one cached writers are served from the host on")
 	}
 	f1, k := r.open(t, nil)
+	if k == nil {
+		t.Fatal("a plain read-only open of a whole regular file kept nothing")
+	}
 	if got := readAll(t, f1); got != "old" {
 		t.Fatalf("first read %q", got)
 	}
