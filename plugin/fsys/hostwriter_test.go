@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/bindstate/bindstate/plugin/consistency"
 )
@@ -27,21 +26,14 @@ func TestC3_AnOpenRacingAHostWritersReleaseReadsItsWrites(t *testing.T) {
 	t.Cleanup(func() { testHookStoreOpened = nil })
 	m := mountStore(t, st)
 	mnt := filepath.Join(m.Mountpoint(), "f")
-	releases := func() int64 { return st.Stats().Ops["release"] }
-	waitReleases := func(n int64) {
-		for deadline := time.Now().Add(10 * time.Second); releases() < n; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Errorf("timed out waiting for %d RELEASEs (have %d)", n, releases())
-				return
-			}
-		}
-	}
 
 	// The store copy is whole, and no open is counted any more.
 	if b, err := os.ReadFile(mnt); err != nil || string(b) != "old content" {
 		t.Fatalf("first read: %q %v", b, err)
 	}
-	waitReleases(1)
+	if !waitReleases(t, st, 1) {
+		t.FailNow()
+	}
 	w, err := os.OpenFile(mnt, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +49,7 @@ func TestC3_AnOpenRacingAHostWritersReleaseReadsItsWrites(t *testing.T) {
 		// The reader's store open found the copy whole; now the writer
 		// closes and is released before the reader's handle is made.
 		w.Close()
-		waitReleases(2)
+		waitReleases(t, st, 2)
 	}
 	armed.Store(&closeWriter)
 	if b, err := os.ReadFile(mnt); err != nil || string(b) != want {

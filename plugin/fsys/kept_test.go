@@ -22,6 +22,21 @@ func waitKept(t *testing.T, st *store.Store, want int64) {
 	}
 }
 
+// waitReleases waits until st has had want RELEASEs: the kernel sends a
+// handle's RELEASE after its close returns. It reports false (and fails t,
+// with Errorf, so it may be called from a server goroutine's hook) when
+// they have not come in 10 s.
+func waitReleases(t *testing.T, st *store.Store, want int64) bool {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); st.Stats().Ops["release"] < want; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("%d RELEASEs after 10 s, want %d", st.Stats().Ops["release"], want)
+			return false
+		}
+	}
+	return true
+}
+
 // Rule C3 through the mount: a file read (and so kept open by its node),
 // then written by a cached writer served from the host file, reads what
 // the writer wrote: its next open does not read the kept store copy, which
@@ -38,6 +53,12 @@ func TestC3_AReadAfterAHostWriterReadsItsWritesNotAKeptCopy(t *testing.T) {
 		t.Fatalf("first read: %q %v", b, err)
 	}
 	waitKept(t, st, 1)
+	// The reader's RELEASE comes after its close, in the kernel's own
+	// time; a writer opening while it is still open would join the
+	// reader's store copy instead of the host file.
+	if !waitReleases(t, st, 1) {
+		t.FailNow()
+	}
 	const want = "NEW content and more"
 	if err := os.WriteFile(mnt, []byte(want), 0o644); err != nil {
 		t.Fatal(err)
@@ -45,10 +66,8 @@ func TestC3_AReadAfterAHostWriterReadsItsWritesNotAKeptCopy(t *testing.T) {
 	if n := st.Stats().Ops["write"]; n != 0 {
 		t.Fatalf("the writer was not served from the host (%d WRITEs)", n)
 	}
-	for deadline := time.Now().Add(10 * time.Second); st.Stats().Ops["release"] < 2; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting for the writer's RELEASE")
-		}
+	if !waitReleases(t, st, 2) {
+		t.FailNow()
 	}
 	if b, err := os.ReadFile(mnt); err != nil || string(b) != want {
 		t.Fatalf("read after the writer: %q %v, want %q", b, err, want)
