@@ -139,6 +139,59 @@ func TestC5_D6_RescanSkipsDirectoriesInSync(t *testing.T) {
 	}
 }
 
+// Rules C5 and D6 on a new volume: what the container lists is listed from
+// the host then, so checks watch it from the first one on, with no sweep
+// first (which listed the whole tree again during the container's first
+// walk of it, a cold git status or go list, on the same share). A directory
+// whose host mtime is too recent to trust is listed again; a name made on
+// the host afterwards arrives at the next check.
+func TestC5_D6_ANewVolumeIsWatchedFromItsFirstListing(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			long := time.Now().Add(-time.Hour)
+			r := newRescanRig(t, st, "1h", func(h string) {
+				for _, d := range []string{"d", "e", "g"} {
+					os.MkdirAll(filepath.Join(h, d), 0o755)
+					writeFile(t, filepath.Join(h, d, "a"), d+"1")
+				}
+				// An hour old, so not racy; g was changed just now.
+				for _, d := range []string{"d", "e", ""} {
+					if err := os.Chtimes(filepath.Join(h, d), long, long); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+			ref := ownRefresher(t, r, false)
+			check := func(what string, wantChecked, wantDirs int) {
+				t.Helper()
+				s, err := ref.Check(context.Background())
+				if err != nil {
+					t.Fatalf("%s: check: %v", what, err)
+				}
+				if s.Checked != wantChecked || s.Dirs != wantDirs {
+					t.Fatalf("%s: %d directories checked, %d listed; want %d, %d", what, s.Checked, s.Dirs, wantChecked, wantDirs)
+				}
+			}
+			for _, d := range []string{"", "d", "e", "g"} {
+				listNames(t, r.mntPath(d))
+			}
+			// The root, d and e are watched as listed; g, too recent to
+			// trust, is listed again. No sweep has run.
+			check("the first check", 0, 1)
+			// All four are watched now: a name made in d moves its mtime,
+			// and the next check lists d and the root (g, listed with a
+			// recent mtime, is listed at every check until it is not).
+			check("nothing changed", 4, 1)
+			writeFile(t, r.hostPath("d/new"), "n")
+			check("after a file was made in d", 4, 3)
+			if got := readFile(t, r.mntPath("d/new")); got != "n" {
+				t.Fatalf("d/new in the container: %q, want the host's \"n\"", got)
+			}
+			sameMtime(t, r, "d")
+		})
+	}
+}
+
 // rules C5 and D6, between sweeps: a check stats only the watched
 // directories on the host and lists those whose mtime moved, so a name made
 // on the host arrives at the next check. A change within the same tick of
@@ -169,6 +222,12 @@ func TestC5_D6_ChecksFindNameChangesBetweenSweeps(t *testing.T) {
 					setMtime(filepath.Join(h, d), long)
 				}
 			})
+			// Listed into before the refresher starts (as after a plugin
+			// restart): its first look is the sweep. (For a new volume's,
+			// see TestC5_D6_ANewVolumeIsWatchedFromItsFirstListing.)
+			if _, err := os.Stat(r.mntPath("d")); err != nil { // lists the root
+				t.Fatal(err)
+			}
 			ref := ownRefresher(t, r, false)
 			check := func(what string, wantChecked, wantDirs int) syncer.ScanStats {
 				t.Helper()

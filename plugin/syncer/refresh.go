@@ -66,6 +66,9 @@ type Refresher struct {
 	// its base at the last check, that base: while the host still matches
 	// it, the store's (an xattr read and a parse) is not read again.
 	inUseSeen map[string]store.Base
+	// fresh: the store had nothing listed into it when the refresher was
+	// made (set once, by NewRefresher).
+	fresh bool
 }
 
 // syncMark is how a directory looked on both sides when it was last in sync.
@@ -111,8 +114,20 @@ func NewRefresher(st *store.Store, mnt *hostpath.Root, inval Invalidator, inUse 
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Refresher{store: st, mnt: mnt, inval: inval, inUse: inUse, every: every, log: log,
+	r := &Refresher{store: st, mnt: mnt, inval: inval, inUse: inUse, every: every, log: log,
 		inSync: make(map[string]syncMark), hot: make(map[string]time.Time), inUseSeen: make(map[string]store.Base)}
+	if !st.IsPopulated("") {
+		// Nothing listed into the store yet (a new volume): whatever the
+		// container lists from now on is listed after this moment, so
+		// checks watch it from the start (see Check: a directory whose
+		// host mtime is older than that is not listed again), and the
+		// first look need not be a sweep (see Run).
+		_, r.populated, _ = st.PopulatedSince(0)
+		r.populatedAt = time.Now()
+		r.watched = make(map[string]dirWatch)
+		r.fresh = true
+	}
+	return r
 }
 
 // checkDutyCycle and sweepDutyCycle bound the share of time the refresher
@@ -137,6 +152,15 @@ func (r *Refresher) Run(ctx context.Context) {
 		start time.Time // zero: the first look is a sweep
 		took  time.Duration
 		dirs  int
+	}
+	if r.fresh {
+		// A new volume: what the container lists was just listed from the
+		// host, and checks watch it (NewRefresher). A sweep at the first
+		// interval listed it all again, during the container's first walk
+		// of it (a cold `git status`, `go list`), on the same share. The
+		// first sweep waits as if one had taken an interval (sweepDutyCycle
+		// intervals); from then on sweeps are spaced by what they cost.
+		last.start, last.took = time.Now(), r.every
 	}
 	for {
 		select {
