@@ -116,14 +116,18 @@ func NewRefresher(st *store.Store, mnt *hostpath.Root, inval Invalidator, inUse 
 	}
 	r := &Refresher{store: st, mnt: mnt, inval: inval, inUse: inUse, every: every, log: log,
 		inSync: make(map[string]syncMark), hot: make(map[string]time.Time), inUseSeen: make(map[string]store.Base)}
+	// Where the store's log of populated directories is now, read before
+	// asking whether the root is populated: a root populated in between is
+	// then in the log after this point, and checks find it.
+	_, next, _ := st.PopulatedSince(0)
+	readAt := time.Now()
 	if !st.IsPopulated("") {
 		// Nothing listed into the store yet (a new volume): whatever the
 		// container lists from now on is listed after this moment, so
 		// checks watch it from the start (see Check: a directory whose
 		// host mtime is older than that is not listed again), and the
 		// first look need not be a sweep (see Run).
-		_, r.populated, _ = st.PopulatedSince(0)
-		r.populatedAt = time.Now()
+		r.populated, r.populatedAt = next, readAt
 		r.watched = make(map[string]dirWatch)
 		r.fresh = true
 	}
