@@ -162,15 +162,9 @@ func TestC5_D6_ANewVolumeIsWatchedFromItsFirstListing(t *testing.T) {
 				}
 			})
 			ref := ownRefresher(t, r, false)
-			check := func(what string, wantChecked, wantDirs int) {
+			check := func(what string, wantChecked, wantDirs int) syncer.ScanStats {
 				t.Helper()
-				s, err := ref.Check(context.Background())
-				if err != nil {
-					t.Fatalf("%s: check: %v", what, err)
-				}
-				if s.Checked != wantChecked || s.Dirs != wantDirs {
-					t.Fatalf("%s: %d directories checked, %d listed; want %d, %d", what, s.Checked, s.Dirs, wantChecked, wantDirs)
-				}
+				return checkDirs(t, ref, what, wantChecked, wantDirs)
 			}
 			for _, d := range []string{"", "d", "e", "g"} {
 				listNames(t, r.mntPath(d))
@@ -231,14 +225,7 @@ func TestC5_D6_ChecksFindNameChangesBetweenSweeps(t *testing.T) {
 			ref := ownRefresher(t, r, false)
 			check := func(what string, wantChecked, wantDirs int) syncer.ScanStats {
 				t.Helper()
-				s, err := ref.Check(context.Background())
-				if err != nil {
-					t.Fatalf("%s: check: %v", what, err)
-				}
-				if s.Checked != wantChecked || s.Dirs != wantDirs {
-					t.Fatalf("%s: %d directories checked, %d listed; want %d, %d", what, s.Checked, s.Dirs, wantChecked, wantDirs)
-				}
-				return s
+				return checkDirs(t, ref, what, wantChecked, wantDirs)
 			}
 			// inSameTick makes rel on the host without moving its
 			// directory's mtime, as a change in the same tick of the
@@ -537,6 +524,20 @@ func ownRefresher(t *testing.T, r *rig, inUse bool) *syncer.Refresher {
 		u = f.inUse
 	}
 	return syncer.NewRefresher(f.ost.st, f.mnt, f.mount, u, time.Hour, testLogger(t))
+}
+
+// checkDirs runs one Check of ref and fails t unless it stat'ed
+// wantChecked watched directories and listed wantDirs.
+func checkDirs(t *testing.T, ref *syncer.Refresher, what string, wantChecked, wantDirs int) syncer.ScanStats {
+	t.Helper()
+	s, err := ref.Check(context.Background())
+	if err != nil {
+		t.Fatalf("%s: check: %v", what, err)
+	}
+	if s.Checked != wantChecked || s.Dirs != wantDirs {
+		t.Fatalf("%s: %d directories checked, %d listed; want %d, %d", what, s.Checked, s.Dirs, wantChecked, wantDirs)
+	}
+	return s
 }
 
 // listThenSweep lists dirs through the mount, which populates them, and
