@@ -22,21 +22,6 @@ func waitKept(t *testing.T, st *store.Store, want int64) {
 	}
 }
 
-// waitReleases waits until st has had want RELEASEs: the kernel sends a
-// handle's RELEASE after its close returns. It reports false (and fails t,
-// with Errorf, so it may be called from a server goroutine's hook) when
-// they have not come in 10 s.
-func waitReleases(t *testing.T, st *store.Store, want int64) bool {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); st.Stats().Ops["release"] < want; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Errorf("%d RELEASEs after 10 s, want %d", st.Stats().Ops["release"], want)
-			return false
-		}
-	}
-	return true
-}
-
 // Rule C3 through the mount: a file read (and so kept open by its node),
 // then written by a cached writer served from the host file, reads what
 // the writer wrote: its next open does not read the kept store copy, which
@@ -75,8 +60,10 @@ func TestC3_AReadAfterAHostWriterReadsItsWritesNotAKeptCopy(t *testing.T) {
 }
 
 // A file removed in the container has its kept store file closed (its
-// node forgotten), so its space is freed as on a native file system. And a
-// hot open is served by the kept one: no new one is kept.
+// node forgotten), so its space is freed as on a native file system. Three
+// reads leave one file kept, not one per open. (That the next open is
+// served from it, not opened again, is TestKeptFileServesTheNextOpen's, in
+// package store.)
 func TestAKeptFileGoesWithTheFile(t *testing.T) {
 	st := newOneFileStore(t, consistency.Delegated, "content")
 	m := mountStore(t, st)

@@ -80,6 +80,21 @@ func mountStore(t *testing.T, st *store.Store) *Mount {
 	return m
 }
 
+// waitReleases waits until st has had want RELEASEs: the kernel sends a
+// handle's RELEASE after its close returns. It reports false (and fails t,
+// with Errorf, so it may be called from a server goroutine's hook) when
+// they have not come in 10 s.
+func waitReleases(t *testing.T, st *store.Store, want int64) bool {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); st.Stats().Ops["release"] < want; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("%d RELEASEs after 10 s, want %d", st.Stats().Ops["release"], want)
+			return false
+		}
+	}
+	return true
+}
+
 func (r *prefillRig) ops(kind string) int64 { return r.st.Stats().Ops[kind] }
 
 func (r *prefillRig) read(t *testing.T) string {

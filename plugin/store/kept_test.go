@@ -48,6 +48,17 @@ func (r *keptRig) open(t *testing.T, k *Kept) (*File, *Kept) {
 	return f, nk
 }
 
+// keepFirst is the first read-only open of f, which must keep its store
+// file (a plain open of a whole regular file).
+func (r *keptRig) keepFirst(t *testing.T) (*File, *Kept) {
+	t.Helper()
+	f, k := r.open(t, nil)
+	if k == nil {
+		t.Fatal("a plain read-only open of a whole regular file kept nothing")
+	}
+	return f, k
+}
+
 func readAll(t *testing.T, f *File) string {
 	t.Helper()
 	buf := make([]byte, 4096)
@@ -63,10 +74,7 @@ func readAll(t *testing.T, f *File) string {
 // second open opened the store file again".
 func TestKeptFileServesTheNextOpen(t *testing.T) {
 	r := newKeptRig(t, consistency.Delegated, "content")
-	f1, k := r.open(t, nil)
-	if k == nil {
-		t.Fatal("a plain read-only open of a whole regular file kept nothing")
-	}
+	f1, k := r.keepFirst(t)
 	fd := f1.Fd()
 	if got := readAll(t, f1); got != "content" {
 		t.Fatalf("first open read %q", got)
@@ -87,11 +95,8 @@ func TestKeptFileServesTheNextOpen(t *testing.T) {
 // through a new one (rule D2's writes, read back in the container).
 func TestKeptFileSeesWritesInPlace(t *testing.T) {
 	r := newKeptRig(t, consistency.Delegated, "old")
-	f1, k := r.open(t, nil)
+	f1, k := r.keepFirst(t)
 	f1.Release()
-	if k == nil {
-		t.Fatal("a plain read-only open of a whole regular file kept nothing")
-	}
 	defer k.Drop()
 	w, err := r.s.Open(context.Background(), "f", unix.O_WRONLY|unix.O_TRUNC, relF)
 	if err != nil {
@@ -120,10 +125,7 @@ func TestC3_AFileKeptBeforeAHostWriterIsNotReadAfterIt(t *testing.T) {
 	if !r.s.ServesFromHost() {
 		t.Skip("the test folder's file system is not one cached writers are served from the host on")
 	}
-	f1, k := r.open(t, nil)
-	if k == nil {
-		t.Fatal("a plain read-only open of a whole regular file kept nothing")
-	}
+	f1, k := r.keepFirst(t)
 	if got := readAll(t, f1); got != "old" {
 		t.Fatalf("first read %q", got)
 	}
@@ -185,7 +187,7 @@ func TestKeptOnlyForItsNodeAndPlainOpens(t *testing.T) {
 func TestKeptFileIsClosedWithItsLastReference(t *testing.T) {
 	r := newKeptRig(t, consistency.Delegated, "content")
 	before := keptLive.Load()
-	f1, k := r.open(t, nil)
+	f1, k := r.keepFirst(t)
 	fd := f1.Fd()
 	if keptLive.Load() != before+1 {
 		t.Fatalf("keptLive %d, want %d", keptLive.Load(), before+1)
@@ -199,9 +201,9 @@ func TestKeptFileIsClosedWithItsLastReference(t *testing.T) {
 		t.Fatalf("keptLive %d after the last reference went, want %d", keptLive.Load(), before)
 	}
 
-	_, k = r.open(t, nil) // the handle is never released: the store closes it
+	_, k = r.keepFirst(t) // the handle is never released: the store closes it
 	k.Drop()
-	_, k = r.open(t, nil)
+	_, k = r.keepFirst(t)
 	err := r.s.Close()
 	r.rig.s = nil
 	if err != nil {
