@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -185,6 +186,73 @@ func TestC5_D6_ANewVolumeIsWatchedFromItsFirstListing(t *testing.T) {
 		})
 	}
 }
+
+// Rules C5 and D6, when the refresher runs on its own: on a new volume its
+// first look is a check, so no sweep lists the container's first walk again
+// while it runs; a volume listed into before the refresher started (a
+// plugin restart: what changed on the host meanwhile is not known) starts
+// with a sweep.
+func TestC5_D6_ANewVolumesFirstLookIsACheck(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		listed   bool // the root listed before the refresher starts
+		wantKind string
+	}{
+		{"new volume", false, "check"},
+		{"listed before", true, "sweep"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRescanRig(t, consistency.Cached, "1h", func(h string) {
+				os.MkdirAll(filepath.Join(h, "d"), 0o755)
+			})
+			if c.listed {
+				if _, err := os.Stat(r.mntPath("d")); err != nil { // lists the root
+					t.Fatal(err)
+				}
+			}
+			f := r.front.(*storeFront)
+			looks := make(chan string, 16)
+			ref := syncer.NewRefresher(f.ost.st, f.mnt, f.mount, nil, 10*time.Millisecond, slog.New(lookRecorder{looks}))
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { ref.Run(ctx); close(done) }()
+			defer func() { cancel(); <-done }()
+			select {
+			case kind := <-looks:
+				if kind != c.wantKind {
+					t.Fatalf("the first look was a %s, want a %s", kind, c.wantKind)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no look in 10 s")
+			}
+		})
+	}
+}
+
+// lookRecorder is a slog.Handler that sends the kind of each look the
+// refresher logs ("host refresh", at debug level) to looks, and drops the
+// rest (a full channel drops them too).
+type lookRecorder struct{ looks chan<- string }
+
+func (lookRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (h lookRecorder) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "host refresh" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "kind" {
+			select {
+			case h.looks <- a.Value.String():
+			default:
+			}
+			return false
+		}
+		return true
+	})
+	return nil
+}
+func (h lookRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h lookRecorder) WithGroup(string) slog.Handler      { return h }
 
 // rules C5 and D6, between sweeps: a check stats only the watched
 // directories on the host and lists those whose mtime moved, so a name made
