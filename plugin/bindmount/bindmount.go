@@ -67,6 +67,66 @@ func mountFd(fd int, target string) error {
 	return nil
 }
 
+// MountReadOnly is Mount, read-only: the bind and every mount beneath it
+// (option readonly of a consistent volume).
+func MountReadOnly(root *hostpath.Root, target string) error {
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return fmt.Errorf("bind mount: create mountpoint: %w", err)
+	}
+	if err := detachAll(target); err != nil {
+		return err
+	}
+	if err := attachReadOnly(root.Fd(), "", true, target); err != nil {
+		return err
+	}
+	if err := unix.Mount("", target, "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
+		_ = unix.Unmount(target, unix.MNT_DETACH)
+		return &os.PathError{Op: "make mount a slave", Path: target, Err: err}
+	}
+	return nil
+}
+
+// StackReadOnly stacks a read-only bind of the mount on target onto it
+// (not recursive: a FUSE mount has nothing beneath it). Whoever reaches
+// target by its path from then on gets the read-only one; a descriptor
+// opened on target before keeps the writable mount beneath, which is how
+// the plugin's own changes still get through (a read-only volume's host
+// changes brought in). Unmount takes both off.
+func StackReadOnly(target string) error {
+	return attachReadOnly(unix.AT_FDCWD, target, false, target)
+}
+
+// attachReadOnly attaches a read-only copy of the mount tree at (fd, path)
+// on target. The copy is made read-only before it is attached: a mount made
+// read-only after (a remount, mount_setattr) is read-only alone, and the
+// copies mount propagation made of it when it was attached (the host's,
+// through the plugin's propagated mount, which Docker binds into
+// containers) stay writable.
+func attachReadOnly(fd int, path string, recursive bool, target string) error {
+	flags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC)
+	attrFlags := uint(0)
+	if path == "" {
+		flags |= unix.AT_EMPTY_PATH
+	}
+	if recursive {
+		flags |= unix.AT_RECURSIVE
+		attrFlags |= unix.AT_RECURSIVE
+	}
+	tree, err := unix.OpenTree(fd, path, flags)
+	if err != nil {
+		return &os.PathError{Op: "clone mount (open_tree)", Path: target, Err: err}
+	}
+	defer unix.Close(tree)
+	if err := unix.MountSetattr(tree, "", attrFlags|unix.AT_EMPTY_PATH,
+		&unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+		return &os.PathError{Op: "make mount read-only (mount_setattr)", Path: target, Err: err}
+	}
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return &os.PathError{Op: "attach read-only mount (move_mount)", Path: target, Err: err}
+	}
+	return nil
+}
+
 // detachAll lazily unmounts whatever is mounted on target.
 func detachAll(target string) error {
 	for range maxStack {
@@ -113,6 +173,10 @@ func Unmount(target string) error {
 	return nil
 }
 
+// UnmountTop takes the top mount off target (StackReadOnly's), retrying a
+// busy one a few times and then detaching it lazily; what is beneath stays.
+func UnmountTop(target string) error { return unmountOnce(target) }
+
 // unmountOnce takes the top mount off target, retrying EBUSY and then
 // detaching lazily.
 func unmountOnce(target string) error {
@@ -140,15 +204,22 @@ func unmountOnce(target string) error {
 // without unmounting. A live mount, a plain directory and a missing path are
 // left alone.
 func CleanupStale(path string) error {
-	var st unix.Stat_t
-	err := unix.Lstat(path, &st)
-	if !errors.Is(err, unix.ENOTCONN) && !errors.Is(err, unix.ECONNABORTED) {
-		return nil
+	// A read-only volume's mount is two: the dead FUSE mount and the
+	// read-only bind of it on top (StackReadOnly), dead too.
+	for range maxStack {
+		var st unix.Stat_t
+		err := unix.Lstat(path, &st)
+		if !errors.Is(err, unix.ENOTCONN) && !errors.Is(err, unix.ECONNABORTED) {
+			return nil
+		}
+		if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
+			if errors.Is(err, unix.EINVAL) {
+				return nil
+			}
+			return &os.PathError{Op: "detach dead mount", Path: path, Err: err}
+		}
 	}
-	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-		return &os.PathError{Op: "detach dead mount", Path: path, Err: err}
-	}
-	return nil
+	return fmt.Errorf("detach dead mount %s: more than %d mounts stacked", path, maxStack)
 }
 
 // IsMountpoint reports whether something is mounted on path, according to

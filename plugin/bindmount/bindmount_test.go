@@ -295,17 +295,21 @@ func TestCleanupStaleDeadFuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	cleanupMount(t, target)
-	dev, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Skipf("no /dev/fuse: %v", err)
-	}
-	opts := "fd=" + strconv.Itoa(dev) + ",rootmode=40000,user_id=0,group_id=0"
-	if err := unix.Mount("bindstate-test", target, "fuse.bindstate-test", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+	// Two, stacked, as a read-only volume's mount leaves them (the FUSE
+	// mount and the read-only bind of it, StackReadOnly).
+	for range 2 {
+		dev, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Skipf("no /dev/fuse: %v", err)
+		}
+		opts := "fd=" + strconv.Itoa(dev) + ",rootmode=40000,user_id=0,group_id=0"
+		if err := unix.Mount("bindstate-test", target, "fuse.bindstate-test", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			unix.Close(dev)
+			t.Skipf("cannot mount fuse: %v", err)
+		}
+		// Closing the device without answering INIT aborts the connection.
 		unix.Close(dev)
-		t.Skipf("cannot mount fuse: %v", err)
 	}
-	// Closing the device without answering INIT aborts the connection.
-	unix.Close(dev)
 	var st unix.Stat_t
 	if err := unix.Lstat(target, &st); !errors.Is(err, unix.ENOTCONN) {
 		t.Fatalf("dead mount stat: %v, want ENOTCONN", err)
@@ -325,5 +329,75 @@ func TestCleanupStaleDeadFuse(t *testing.T) {
 	}
 	if err := CleanupStale(filepath.Join(target, "missing")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A read-only bind stacked on a mount is read-only wherever mount
+// propagation copies it: Docker binds the host's copy of the plugin's
+// propagated mount into containers, not the plugin's own. (A bind made
+// read-only after it is attached is read-only in its own namespace only.)
+// A descriptor opened on the target before still writes to the mount
+// beneath.
+func TestStackReadOnlyIsReadOnlyWhereverItPropagates(t *testing.T) {
+	needRoot(t)
+	base := t.TempDir()
+	plugin, host := filepath.Join(base, "plugin"), filepath.Join(base, "host")
+	for _, d := range []string{plugin, host} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// plugin stands for the plugin's propagated mount, host for the host's
+	// view of it: peers of one shared mount.
+	if err := unix.Mount("tmpfs", plugin, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	cleanupMount(t, plugin)
+	if err := unix.Mount("", plugin, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(plugin, host, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	cleanupMount(t, host)
+	vol := filepath.Join(plugin, "vol")
+	if err := os.Mkdir(vol, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(vol, "f"), "before")
+	beneath, err := hostpath.Open(vol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer beneath.Close()
+
+	if err := StackReadOnly(vol); err != nil {
+		t.Fatal(err)
+	}
+	cleanupMount(t, vol)
+	cleanupMount(t, filepath.Join(host, "vol"))
+	for _, p := range []string{filepath.Join(vol, "f"), filepath.Join(host, "vol", "f")} {
+		if err := os.WriteFile(p, []byte("container"), 0o644); !errors.Is(err, unix.EROFS) {
+			t.Errorf("write %s: %v, want EROFS", p, err)
+		}
+	}
+	f, err := beneath.OpenFile("f", unix.O_WRONLY|unix.O_TRUNC, 0)
+	if err != nil {
+		t.Fatalf("open beneath the read-only bind: %v", err)
+	}
+	_, err = f.WriteString("plugin")
+	f.Close()
+	if err != nil {
+		t.Fatalf("write beneath the read-only bind: %v", err)
+	}
+	if got := readFile(t, filepath.Join(host, "vol", "f")); got != "plugin" {
+		t.Errorf("the host's view reads %q, want the plugin's write", got)
+	}
+
+	if err := UnmountTop(vol); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(host, "vol", "f"), []byte("writable"), 0o644); err != nil {
+		t.Errorf("the host's view after UnmountTop: %v, want writable again", err)
 	}
 }

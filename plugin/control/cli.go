@@ -58,6 +58,15 @@ const (
 	followEvery = 500 * time.Millisecond
 )
 
+// stateCell is a volume's state as shown: with "read-only" for a volume
+// created with -o readonly=true.
+func stateCell(v driver.VolumeStatus) string {
+	if v.ReadOnly {
+		return v.State + ", read-only"
+	}
+	return v.State
+}
+
 // CLI runs the bindstate commands.
 type CLI struct {
 	Stdout, Stderr io.Writer
@@ -227,7 +236,7 @@ func (c *CLI) ls(ctx context.Context, cl *Client, o options) int {
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VOLUME\tSTATE\tSOURCE\tMOUNTS\tCONTAINERS\tSTATUS")
 	for _, v := range out {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", v.Name, v.State, v.Source, len(v.MountIDs), containersCell(v.Containers), health(v.VolumeStatus))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", v.Name, stateCell(v.VolumeStatus), v.Source, len(v.MountIDs), containersCell(v.Containers), health(v.VolumeStatus))
 	}
 	tw.Flush()
 	return ExitOK
@@ -288,11 +297,11 @@ func (c *CLI) status(ctx context.Context, cl *Client, o options, name string) in
 		fmt.Fprintln(tw, "VOLUME\tSTATE\tDIRTY\tBYTES\tLAG\tFAILED\tCONFLICTS\tLAST ERROR")
 		for _, v := range out {
 			if v.Front == nil {
-				fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t%s\n", v.Name, v.State, health(v.VolumeStatus))
+				fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t%s\n", v.Name, stateCell(v.VolumeStatus), health(v.VolumeStatus))
 				continue
 			}
 			f := v.Front
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\n", v.Name, v.State, f.Dirty, bytesCell(f.DirtyBytes),
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%d\t%s\n", v.Name, stateCell(v.VolumeStatus), f.Dirty, bytesCell(f.DirtyBytes),
 				lagCell(f.Lag), f.Failed, f.Conflicts, orDash(f.LastError))
 		}
 		tw.Flush()
@@ -309,7 +318,7 @@ func (c *CLI) status(ctx context.Context, cl *Client, o options, name string) in
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 1, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
 	row("Volume", out.Name)
-	row("State", out.State)
+	row("State", stateCell(out.VolumeStatus))
 	row("Source", out.Source)
 	if out.Error != "" {
 		row("Error", out.Error)

@@ -298,3 +298,13 @@ func TestBytesCell(t *testing.T) {
 		}
 	}
 }
+
+// A read-only volume's state says so wherever the CLI shows it.
+func TestStateCellSaysReadOnly(t *testing.T) {
+	if got := stateCell(driver.VolumeStatus{State: "cached", ReadOnly: true}); got != "cached, read-only" {
+		t.Errorf("read-only cached volume: %q", got)
+	}
+	if got := stateCell(driver.VolumeStatus{State: "cached"}); got != "cached" {
+		t.Errorf("writable cached volume: %q", got)
+	}
+}

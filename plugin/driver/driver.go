@@ -567,6 +567,9 @@ func (d *Driver) infoLocked(v *volume) VolumeInfo {
 		return info
 	}
 	st["key"] = v.opts.key()
+	if v.opts.ReadOnly {
+		st["readonly"] = true
+	}
 	if v.opts.State.NeedsStore() {
 		st["rescan"] = v.opts.Rescan.String()
 	}

@@ -2,6 +2,8 @@ package driver
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,12 +23,13 @@ import (
 func TestCreateOptions(t *testing.T) {
 	src := "/data/project"
 	tests := []struct {
-		name    string
-		opts    map[string]string
-		want    []string // substrings of the error; nil: no error
-		state   consistency.State
-		rescan  time.Duration
-		kindErr Kind
+		name     string
+		opts     map[string]string
+		want     []string // substrings of the error; nil: no error
+		state    consistency.State
+		rescan   time.Duration
+		readOnly bool
+		kindErr  Kind
 	}{
 		{name: "minimal", opts: map[string]string{"source": src}, state: consistency.Default, rescan: time.Second},
 		{name: "no options", opts: nil, want: []string{`option "source" is required`, "absolute host path", "-o source="}},
@@ -36,7 +39,7 @@ func TestCreateOptions(t *testing.T) {
 		{name: "policy refuses", opts: map[string]string{"source": "/etc/ssl"},
 			want: []string{`source "/etc/ssl" is outside the allowed roots`}},
 		{name: "unknown option", opts: map[string]string{"source": src, "size": "1G"},
-			want: []string{`unknown option "size"`, "valid options are source, state, consistency, rescan"}},
+			want: []string{`unknown option "size"`, "valid options are source, state, consistency, rescan, readonly"}},
 		{name: "bad state", opts: map[string]string{"source": src, "state": "fast"},
 			want: []string{`option "state"`, `invalid state "fast"`, "consistent, default, cached, delegated"}},
 		{name: "bad consistency", opts: map[string]string{"source": src, "consistency": "weak"},
@@ -59,6 +62,12 @@ func TestCreateOptions(t *testing.T) {
 			want: []string{`option "rescan"`, `"5" is not a duration`}},
 		{name: "rescan too short", opts: map[string]string{"source": src, "rescan": "50ms"},
 			want: []string{`option "rescan"`, "50ms is too short", "minimum is 100ms"}},
+		{name: "readonly", opts: map[string]string{"source": src, "state": "cached", "readonly": "true"},
+			state: consistency.Cached, rescan: time.Second, readOnly: true},
+		{name: "readonly false", opts: map[string]string{"source": src, "state": "cached", "readonly": "false"},
+			state: consistency.Cached, rescan: time.Second},
+		{name: "readonly not a boolean", opts: map[string]string{"source": src, "readonly": "ro"},
+			want: []string{`option "readonly"`, `"ro" is not a boolean`, "use true", "or false"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,8 +78,8 @@ func TestCreateOptions(t *testing.T) {
 					t.Fatal(err)
 				}
 				v := d.vols["v"]
-				if v.opts.State != tc.state || v.opts.Rescan != tc.rescan {
-					t.Fatalf("parsed %+v, want state %v rescan %v", v.opts, tc.state, tc.rescan)
+				if v.opts.State != tc.state || v.opts.Rescan != tc.rescan || v.opts.ReadOnly != tc.readOnly {
+					t.Fatalf("parsed %+v, want state %v rescan %v readonly %v", v.opts, tc.state, tc.rescan, tc.readOnly)
 				}
 				return
 			}
@@ -144,7 +153,7 @@ func TestCreateIdempotent(t *testing.T) {
 }
 
 func TestKey(t *testing.T) {
-	k := frontKey("/data/p", consistency.Cached)
+	k := frontKey("/data/p", consistency.Cached, false)
 	if !regexp.MustCompile(`^[0-9a-f]{16}$`).MatchString(k) {
 		t.Fatalf("key %q", k)
 	}
@@ -154,8 +163,17 @@ func TestKey(t *testing.T) {
 	if key("/data/p", "cached") == key("/data/p", "delegated") || key("/data/p", "cached") == key("/data/q", "cached") {
 		t.Fatal("keys collide")
 	}
+	// A read-only volume is served otherwise (no OPEN): its own front. A
+	// writable one keeps the key it had before read-only volumes existed
+	// (its store is found again after an upgrade).
+	if frontKey("/data/p", consistency.Cached, true) == k {
+		t.Fatal("a read-only volume shares the writable one's front")
+	}
+	if want := sha256.Sum256([]byte("/data/p\x00cached")); k != hex.EncodeToString(want[:])[:16] {
+		t.Fatalf("a writable volume's key changed: %q", k)
+	}
 	// A NUL separates source and state: no ambiguity by concatenation.
-	if frontKey("/a", consistency.Cached) == frontKey("/acached", consistency.State(0)) {
+	if frontKey("/a", consistency.Cached, false) == frontKey("/acached", consistency.State(0), false) {
 		t.Fatal("ambiguous key")
 	}
 }
@@ -435,6 +453,43 @@ func TestGetAndList(t *testing.T) {
 	vs, _ := d.List(t.Context())
 	if len(vs) != 2 || vs[0].Name != "a" || vs[1].Name != "z" {
 		t.Fatalf("List = %+v", vs)
+	}
+}
+
+// A read-only volume says so (docker volume inspect, bindstate status), and
+// its front is opened read-only; a writable one says nothing of it.
+func TestAReadOnlyVolumeSaysSo(t *testing.T) {
+	op := newFakeOpener()
+	d := newTestDriver(t, t.TempDir(), op)
+	mustCreate(t, d, "ro", map[string]string{"source": "/data/p", "state": "cached", "readonly": "true"})
+	mustCreate(t, d, "rw", map[string]string{"source": "/data/p", "state": "cached"})
+	mustMount(t, d, "ro", "c1")
+	mustMount(t, d, "rw", "c2")
+	for name, want := range map[string]bool{"ro": true, "rw": false} {
+		info, err := d.Get(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := info.Status["readonly"].(bool); got != want || (!want && info.Status["readonly"] != nil) {
+			t.Errorf("%s: Status[readonly] = %v, want %v", name, info.Status["readonly"], want)
+		}
+		st, err := d.Status(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.ReadOnly != want {
+			t.Errorf("%s: VolumeStatus.ReadOnly = %v, want %v", name, st.ReadOnly, want)
+		}
+	}
+	op.mu.Lock()
+	defer op.mu.Unlock()
+	if len(op.fronts) != 2 {
+		t.Fatalf("fronts opened: %d, want two (read-only and writable)", len(op.fronts))
+	}
+	for k, f := range op.fronts {
+		if want := k != key("/data/p", "cached"); f.spec.ReadOnly != want {
+			t.Errorf("front %s opened with ReadOnly %v, want %v", k, f.spec.ReadOnly, want)
+		}
 	}
 }
 

@@ -66,7 +66,9 @@ type FrontSpec struct {
 	Key    string            // stable id of (source, state): names the store and mountpoint
 	Source string            // absolute host path as the user gave it
 	State  consistency.State // never Default: the driver maps Default to Consistent
-	Opts   map[string]string // remaining validated options (e.g. "rescan")
+	// ReadOnly: containers only read what is mounted (option "readonly").
+	ReadOnly bool
+	Opts     map[string]string // remaining validated options (e.g. "rescan")
 }
 
 // Opener makes Fronts. Implemented by package frontend; faked in driver tests.

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,10 +19,11 @@ const (
 	OptState       = "state"       // consistent, default, cached or delegated
 	OptConsistency = "consistency" // alias of state, as in docker run -v ...:consistency
 	OptRescan      = "rescan"      // how often host changes are looked for (cached, delegated)
+	OptReadOnly    = "readonly"    // true: containers only read the volume (served without OPEN)
 )
 
 // validOptions in the order they are listed to users.
-var validOptions = []string{OptSource, OptState, OptConsistency, OptRescan}
+var validOptions = []string{OptSource, OptState, OptConsistency, OptRescan, OptReadOnly}
 
 const (
 	// DefaultRescan is how often host changes are looked for by default.
@@ -36,6 +38,11 @@ type options struct {
 	Source string
 	State  consistency.State // as given; may be Default
 	Rescan time.Duration
+	// ReadOnly: the volume is mounted read-only for every container. A
+	// cached or delegated one is then served without OPEN requests (see
+	// fsys.Options.ReadOnly), so it is another front than the writable
+	// volume of the same source and state.
+	ReadOnly bool
 }
 
 // parseOptions validates what the user gave to docker volume create. check,
@@ -96,6 +103,15 @@ func parseOptions(raw map[string]string, check func(string) error) (options, err
 		}
 		o.Rescan = d
 	}
+
+	if v, ok := raw[OptReadOnly]; ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return options{}, errorf(KindInvalid,
+				"option %q: %q is not a boolean: use true (containers only read the volume) or false (the default)", OptReadOnly, v)
+		}
+		o.ReadOnly = b
+	}
 	return o, nil
 }
 
@@ -118,20 +134,29 @@ func (o options) serveState() consistency.State {
 // key names the front shared by every volume with the same source and
 // (served) state: rule D3.
 func (o options) key() string {
-	return frontKey(o.Source, o.serveState())
+	return frontKey(o.Source, o.serveState(), o.ReadOnly)
 }
 
-func frontKey(source string, st consistency.State) string {
-	sum := sha256.Sum256([]byte(source + "\x00" + st.String()))
+// frontKey names the front of (source, state), and of its read-only twin:
+// a read-only mount is served otherwise (no OPEN), so it cannot share the
+// writable one's mount. A writable front's key is the same as before
+// read-only volumes existed, so its store is found again after an upgrade.
+func frontKey(source string, st consistency.State, readOnly bool) string {
+	id := source + "\x00" + st.String()
+	if readOnly {
+		id += "\x00readonly"
+	}
+	sum := sha256.Sum256([]byte(id))
 	return hex.EncodeToString(sum[:])[:16]
 }
 
 // spec is what the Opener is given.
 func (o options) spec() FrontSpec {
 	return FrontSpec{
-		Key:    o.key(),
-		Source: o.Source,
-		State:  o.serveState(),
-		Opts:   map[string]string{OptRescan: o.Rescan.String()},
+		Key:      o.key(),
+		Source:   o.Source,
+		State:    o.serveState(),
+		ReadOnly: o.ReadOnly,
+		Opts:     map[string]string{OptRescan: o.Rescan.String()},
 	}
 }

@@ -35,7 +35,8 @@ type VolumeStatus struct {
 	Name       string    `json:"name"`
 	Source     string    `json:"source"`
 	State      string    `json:"state"`
-	Key        string    `json:"key,omitempty"` // names the store; volumes sharing it share one front (D3)
+	ReadOnly   bool      `json:"readonly,omitempty"` // option readonly: containers only read it
+	Key        string    `json:"key,omitempty"`      // names the store; volumes sharing it share one front (D3)
 	CreatedAt  time.Time `json:"created_at"`
 	Mountpoint string    `json:"mountpoint,omitempty"`
 	MountIDs   []string  `json:"mount_ids"`       // Docker's mount IDs, sorted
@@ -84,6 +85,7 @@ func (d *Driver) statusLocked(v *volume) (VolumeStatus, *FrontSpec) {
 		Name:      v.name,
 		Source:    v.opts.Source,
 		State:     v.opts.State.String(),
+		ReadOnly:  v.opts.ReadOnly,
 		CreatedAt: v.created,
 		MountIDs:  slices.Sorted(maps.Keys(v.ids)),
 	}

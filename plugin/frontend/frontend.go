@@ -92,10 +92,14 @@ func (o *Opener) Open(ctx context.Context, spec driver.FrontSpec) (driver.Front,
 			return nil, err
 		}
 		defer root.Close()
-		if err := bindmount.Mount(root, mp); err != nil {
+		bind := bindmount.Mount
+		if spec.ReadOnly {
+			bind = bindmount.MountReadOnly
+		}
+		if err := bind(root, mp); err != nil {
 			return nil, fmt.Errorf("bind %s on %s: %w", spec.Source, mp, err)
 		}
-		log.Info("serving as a plain bind")
+		log.Info("serving as a plain bind", "readonly", spec.ReadOnly)
 		return &bindFront{mp: mp, source: spec.Source}, nil
 	}
 	ost, err := o.takeStore(spec, log)
@@ -168,19 +172,29 @@ func (o *Opener) mount(spec driver.FrontSpec, ost *openStore, log *slog.Logger) 
 	mp := o.mountpoint(spec.Key)
 	inUse := syncer.NewInUse(0)
 	m, err := fsys.New(ost.st, mp, fsys.Options{Name: "bindstate:" + spec.Source, Log: log, Debug: o.cfg.FuseDebug,
-		Opened: inUse.Opened})
+		Opened: inUse.Opened, ReadOnly: spec.ReadOnly})
 	if err != nil {
 		return nil, err
 	}
+	// The refresher brings host changes in through mnt, opened before a
+	// read-only volume's read-only bind covers the mount: mnt stays on the
+	// writable mount beneath, which only the plugin reaches.
 	mnt, err := hostpath.Open(mp)
 	if err != nil {
 		m.Unmount()
 		return nil, err
 	}
+	if spec.ReadOnly {
+		if err := bindmount.StackReadOnly(mp); err != nil {
+			mnt.Close()
+			m.Unmount()
+			return nil, err
+		}
+	}
 	f := &storeFront{o: o, key: spec.Key, source: spec.Source, ost: ost, mount: m, mnt: mnt, inUse: inUse,
-		rescan: rescanEvery(spec), log: log}
+		readOnly: spec.ReadOnly, rescan: rescanEvery(spec), log: log}
 	f.startRefresh(f.rescan)
-	log.Info("serving from the local store", "mountpoint", mp)
+	log.Info("serving from the local store", "mountpoint", mp, "readonly", spec.ReadOnly)
 	return f, nil
 }
 
@@ -266,6 +280,7 @@ type storeFront struct {
 	mount       *fsys.Mount
 	mnt         *hostpath.Root
 	inUse       *syncer.InUse // files the container opened lately (the refresher stats them)
+	readOnly    bool          // a read-only bind covers the mount (spec.ReadOnly)
 	rescan      time.Duration // the volume's rescan interval
 	log         *slog.Logger
 	closeOnce   sync.Once
@@ -378,6 +393,11 @@ func (f *storeFront) Close(ctx context.Context) error {
 		// whose floor starts from its own state.
 		f.ost.st.SetWriteThrough(ctx, false)
 		f.mnt.Close()
+		if f.readOnly {
+			if uerr := bindmount.UnmountTop(f.Mountpoint()); uerr != nil {
+				f.log.Warn("unmount the read-only bind", "err", uerr)
+			}
+		}
 		err = f.mount.Unmount()
 		if rerr := os.Remove(f.Mountpoint()); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 			f.log.Debug("remove mountpoint", "err", rerr)

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/consistency"
 )
 
 // A hot listing (git status, go list) must cost no request: the kernel opens
@@ -159,36 +161,46 @@ func TestStatAfterListingCostsNoRequest(t *testing.T) {
 // plugin, as it does a directory's after a listing: the stat of every file
 // a cold build read cost a GETATTR in the next, hot, build. The plugin
 // stats a file whose last handle served a READ, off the container's path,
-// so the container's stat then costs none.
+// so the container's stat then costs none; in a read-only volume, where
+// no handle is released, after each READ.
 func TestStatAfterReadingCostsNoRequest(t *testing.T) {
-	for _, st := range storeStates {
-		t.Run(st.String(), func(t *testing.T) {
-			// Larger than a prefill (fsys), which would leave no READ.
-			content := "package f\n" + strings.Repeat("// a comment\n", 20000)
-			r := newRig(t, st, func(h string) { writeFile(t, filepath.Join(h, "f.go"), content) })
-			ops := func(kind string) uint64 { return r.front.Status().Ops[kind] }
-			restats := ops("restat")
-			if got := readFile(t, r.mntPath("f.go")); got != content {
-				t.Fatalf("read %d bytes, want %d", len(got), len(content))
+	for _, ro := range []bool{false, true} {
+		for _, st := range storeStates {
+			name, open := st.String(), newRig
+			if ro {
+				name, open = name+",readonly", newReadOnlyRig
 			}
-			if ops("read") == 0 {
-				t.Fatal("the read was not served by the plugin: nothing to test")
-			}
-			waitFor(t, "the plugin's stat of f.go after its read", func() bool { return ops("restat") > restats })
-			before := ops("getattr")
-			var got, host unix.Stat_t
-			if err := unix.Lstat(r.mntPath("f.go"), &got); err != nil {
-				t.Fatal(err)
-			}
-			if n := ops("getattr") - before; n != 0 {
-				t.Errorf("%s: a stat of a file after reading it cost %d GETATTR requests, want 0", st, n)
-			}
-			if err := unix.Lstat(r.hostPath("f.go"), &host); err != nil {
-				t.Fatal(err)
-			}
-			if got.Size != host.Size || got.Mtim != host.Mtim {
-				t.Errorf("%s: stat after reading: size %d mtime %v, the host has %d %v", st, got.Size, got.Mtim, host.Size, host.Mtim)
-			}
-		})
+			t.Run(name, func(t *testing.T) { testStatAfterReadingCostsNoRequest(t, st, open) })
+		}
+	}
+}
+
+func testStatAfterReadingCostsNoRequest(t *testing.T, st consistency.State,
+	open func(testing.TB, consistency.State, func(string)) *rig) {
+	// Larger than a prefill (fsys), which would leave no READ.
+	content := "package f\n" + strings.Repeat("// a comment\n", 20000)
+	r := open(t, st, func(h string) { writeFile(t, filepath.Join(h, "f.go"), content) })
+	ops := func(kind string) uint64 { return r.front.Status().Ops[kind] }
+	restats := ops("restat")
+	if got := readFile(t, r.mntPath("f.go")); got != content {
+		t.Fatalf("read %d bytes, want %d", len(got), len(content))
+	}
+	if ops("read") == 0 {
+		t.Fatal("the read was not served by the plugin: nothing to test")
+	}
+	waitFor(t, "the plugin's stat of f.go after its read", func() bool { return ops("restat") > restats })
+	before := ops("getattr")
+	var got, host unix.Stat_t
+	if err := unix.Lstat(r.mntPath("f.go"), &got); err != nil {
+		t.Fatal(err)
+	}
+	if n := ops("getattr") - before; n != 0 {
+		t.Errorf("%s: a stat of a file after reading it cost %d GETATTR requests, want 0", st, n)
+	}
+	if err := unix.Lstat(r.hostPath("f.go"), &host); err != nil {
+		t.Fatal(err)
+	}
+	if got.Size != host.Size || got.Mtim != host.Mtim {
+		t.Errorf("%s: stat after reading: size %d mtime %v, the host has %d %v", st, got.Size, got.Mtim, host.Size, host.Mtim)
 	}
 }

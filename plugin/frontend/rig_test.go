@@ -84,6 +84,17 @@ func newRescanRig(t testing.TB, st consistency.State, rescan string, setup func(
 // given, may change (after the rig's own fields are set).
 func newConfiguredRig(t testing.TB, st consistency.State, rescan string, setup func(host string), configure func(*Config)) *rig {
 	t.Helper()
+	return openRig(t, st, rescan, setup, configure, false)
+}
+
+// newReadOnlyRig is newRig for a read-only volume (option readonly).
+func newReadOnlyRig(t testing.TB, st consistency.State, setup func(host string)) *rig {
+	t.Helper()
+	return openRig(t, st, "50ms", setup, nil, true)
+}
+
+func openRig(t testing.TB, st consistency.State, rescan string, setup func(host string), configure func(*Config), readOnly bool) *rig {
+	t.Helper()
 	requireFUSE(t)
 	base := t.TempDir()
 	host := filepath.Join(base, "host")
@@ -103,7 +114,8 @@ func newConfiguredRig(t testing.TB, st consistency.State, rescan string, setup f
 		configure(&cfg)
 	}
 	o := New(cfg)
-	spec := driver.FrontSpec{Key: "k-" + st.String(), Source: host, State: st, Opts: map[string]string{"rescan": rescan}}
+	spec := driver.FrontSpec{Key: "k-" + st.String(), Source: host, State: st, ReadOnly: readOnly,
+		Opts: map[string]string{"rescan": rescan}}
 	f, err := o.Open(context.Background(), spec)
 	if err != nil {
 		t.Fatalf("open %s front: %v", st, err)

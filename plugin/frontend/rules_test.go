@@ -147,33 +147,47 @@ func TestC3_CachedWriteFailsWithHostErrno(t *testing.T) {
 
 // rules C2 and D1 (C1: D1 holds for cached too), D6: a host edit reaches the
 // container, with an inotify event, and what the container reads after the
-// event is what the host had.
+// event is what the host had. A read-only volume (served without OPEN)
+// gets them the same way.
 func TestC2_D1_HostEditsArriveWithEvents(t *testing.T) {
-	for _, st := range storeStates {
-		t.Run(st.String(), func(t *testing.T) {
-			r := newRig(t, st, func(h string) { writeFile(t, filepath.Join(h, "edit.txt"), "v1") })
-			if got := readFile(t, r.mntPath("edit.txt")); got != "v1" {
-				t.Fatalf("initial read %q", got)
+	for _, ro := range []bool{false, true} {
+		for _, st := range storeStates {
+			name := st.String()
+			if ro {
+				name += ",readonly"
 			}
-			w := watch(t, r.mnt)
-			writeFile(t, r.hostPath("new.txt"), "created on host")
-			w.wait(t, unix.IN_CREATE, "new.txt")
-			if got := readFile(t, r.mntPath("new.txt")); got != "created on host" {
-				t.Fatalf("after IN_CREATE the container reads %q", got)
-			}
-			writeFile(t, r.hostPath("edit.txt"), "version two, longer")
-			w.wait(t, unix.IN_MODIFY, "edit.txt")
-			if got := readFile(t, r.mntPath("edit.txt")); got != "version two, longer" {
-				t.Fatalf("after IN_MODIFY the container reads %q (rule D1)", got)
-			}
-			if err := os.Remove(r.hostPath("new.txt")); err != nil {
-				t.Fatal(err)
-			}
-			w.wait(t, unix.IN_DELETE, "new.txt")
-			if _, err := os.Stat(r.mntPath("new.txt")); !errors.Is(err, os.ErrNotExist) {
-				t.Fatalf("after IN_DELETE: %v", err)
-			}
-		})
+			t.Run(name, func(t *testing.T) { testHostEditsArriveWithEvents(t, st, ro) })
+		}
+	}
+}
+
+func testHostEditsArriveWithEvents(t *testing.T, st consistency.State, readOnly bool) {
+	setup := func(h string) { writeFile(t, filepath.Join(h, "edit.txt"), "v1") }
+	open := newRig
+	if readOnly {
+		open = newReadOnlyRig
+	}
+	r := open(t, st, setup)
+	if got := readFile(t, r.mntPath("edit.txt")); got != "v1" {
+		t.Fatalf("initial read %q", got)
+	}
+	w := watch(t, r.mnt)
+	writeFile(t, r.hostPath("new.txt"), "created on host")
+	w.wait(t, unix.IN_CREATE, "new.txt")
+	if got := readFile(t, r.mntPath("new.txt")); got != "created on host" {
+		t.Fatalf("after IN_CREATE the container reads %q", got)
+	}
+	writeFile(t, r.hostPath("edit.txt"), "version two, longer")
+	w.wait(t, unix.IN_MODIFY, "edit.txt")
+	if got := readFile(t, r.mntPath("edit.txt")); got != "version two, longer" {
+		t.Fatalf("after IN_MODIFY the container reads %q (rule D1)", got)
+	}
+	if err := os.Remove(r.hostPath("new.txt")); err != nil {
+		t.Fatal(err)
+	}
+	w.wait(t, unix.IN_DELETE, "new.txt")
+	if _, err := os.Stat(r.mntPath("new.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("after IN_DELETE: %v", err)
 	}
 }
 

@@ -38,6 +38,11 @@ type Options struct {
 	// delegated file then goes through the plugin (slower; for kernels or
 	// setups where passthrough misbehaves).
 	NoPassthrough bool
+	// ReadOnly serves a mount no container writes without OPEN, RELEASE
+	// and FLUSH (readOnlyFS): a hot open costs no round trip. Only the
+	// syncer's own threads may change anything through it (host changes
+	// brought in); every other change gets EROFS.
+	ReadOnly bool
 	// Opened, if set, is told of each file a container opens (not the
 	// syncer's own opens), by its path in the mount: the host refresh
 	// watches those files more closely (syncer.InUse). It is called on
@@ -93,7 +98,11 @@ func New(st *store.Store, mountpoint string, o Options) (*Mount, error) {
 			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
 		},
 	}
-	server, err := fuse.NewServer(newListingFS(fs.NewNodeFS(root, opts)), mountpoint, &opts.MountOptions)
+	var raw fuse.RawFileSystem = newListingFS(fs.NewNodeFS(root, opts))
+	if o.ReadOnly {
+		raw = newReadOnlyFS(raw, fsys)
+	}
+	server, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
 	if err != nil {
 		fsys.restat.close()
 		return nil, &os.PathError{Op: "fuse mount", Path: mountpoint, Err: err}

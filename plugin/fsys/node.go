@@ -71,6 +71,7 @@ var (
 	_ = (fs.NodeRemovexattrer)((*node)(nil))
 	_ = (fs.NodeStatfser)((*node)(nil))
 	_ = (fs.NodeFsyncer)((*node)(nil))
+	_ = (fs.NodeReader)((*node)(nil))
 )
 
 // testHookStoreOpened, if set (by tests), runs in an OPEN between the
@@ -415,6 +416,39 @@ func (n *node) openKept(ctx context.Context, rel string, flags int) (*store.File
 		old.Drop()
 	}
 	return f, err
+}
+
+// Read serves a READ: through its handle, or, for one that came without
+// (a read-only mount: the kernel opened the file without OPEN, see
+// readOnlyFS), from the store file the node keeps, as a read-only open
+// would be (a stub's content is fetched first).
+func (n *node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if h, ok := f.(*handle); ok && h != nil {
+		return h.Read(ctx, dest, off)
+	}
+	n.fs.store.CountOp("read")
+	rel := n.path()
+	file, err := n.openKept(ctx, rel, unix.O_RDONLY)
+	if err != nil {
+		return nil, n.fs.errno(err, "read", rel)
+	}
+	defer file.Release()
+	// The only sign of the container's use of a file this mount gets: a
+	// hot open and its reads reach nobody.
+	if n.fs.opened != nil && rel != orphanPath {
+		n.fs.opened(rel)
+	}
+	// Copied, not spliced: the reply is written after Release, when a
+	// file not kept is closed.
+	got, err := file.ReadAt(dest, off)
+	if err != nil {
+		return nil, n.fs.errno(err, "read", rel)
+	}
+	// The kernel marks the file's atime stale after the READ; the restater
+	// puts it back off the container's path, as after a handle's release
+	// (there is no release here).
+	n.fs.restat.add(n)
+	return fuse.ReadResultData(dest[:got]), 0
 }
 
 // OnForget: the kernel forgot the node (evicted, or removed: an unlinked
