@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -210,7 +211,8 @@ func TestEngine_D4_StateOnBindServedByPlugin(t *testing.T) {
 }
 
 // TestEngine_D4_ReadOnlyAndRunRm: a read-only delegated bind is read-only
-// in the container; `docker run --rm` leaves no volume behind.
+// in the container; `docker run --rm` leaves no volume behind; a read-only
+// bind's volume is a read-only bindstate volume.
 func TestEngine_D4_ReadOnlyAndRunRm(t *testing.T) {
 	d := needEngine(t)
 	s := newShareSource(t)
@@ -226,6 +228,24 @@ func TestEngine_D4_ReadOnlyAndRunRm(t *testing.T) {
 	}
 	if after := d.Docker(t, "volume", "ls", "-q", "--filter", "label=com.docker.bindstate.container"); after != before {
 		t.Errorf("bindstate volumes before docker run --rm: %q, after: %q (leak)", before, after)
+	}
+
+	// The volume made for a read-only bind is a read-only volume (served
+	// without OPEN); one for a writable bind is not.
+	for i, tc := range []struct{ bind, want string }{
+		{s.Source + ":/data:ro,cached", "true"},
+		{s.Source + ":/data:cached", "<no value>"},
+	} {
+		name := "c-" + slug(t) + "-" + strconv.Itoa(i)
+		d.Docker(t, "run", "-d", "--name", name, "--network", "none", "-v", tc.bind, image, "sleep", "600")
+		t.Cleanup(func() { d.Try("rm", "-f", name) })
+		vols := bindstateVolumesOf(t, d, inspectContainer(t, d, name).ID)
+		if len(vols) != 1 {
+			t.Fatalf("%s: volumes made: %q, want one", tc.bind, vols)
+		}
+		if got := d.Docker(t, "volume", "inspect", "-f", "{{.Status.readonly}}", vols[0]); got != tc.want {
+			t.Errorf("%s: volume %s Status.readonly %q, want %q", tc.bind, vols[0], got, tc.want)
+		}
 	}
 }
 

@@ -123,15 +123,31 @@ func startWatcher(t *testing.T, d *harness.Daemon, vol string) string {
 // the host (in the share's backing dir: no inotify through sshfs) reaches a
 // cached mount within a bounded time, raises an inotify event inside the
 // container, and after the event the container reads the host's content.
+// So does a read-only volume (-o readonly=true, served without OPEN), which
+// refuses the container's writes.
 func TestC2_CachedHostEditsReachContainerWithEvents(t *testing.T) {
 	d := need(t)
+	t.Run("writable", func(t *testing.T) { testCachedHostEditsReachContainer(t, d) })
+	t.Run("readonly", func(t *testing.T) { testCachedHostEditsReachContainer(t, d, "readonly=true") })
+}
+
+func testCachedHostEditsReachContainer(t *testing.T, d *harness.Daemon, opts ...string) {
 	s := newShareSource(t)
 	writeHost(t, s.host("existing.txt"), "v1")
 	writeHost(t, s.host("doomed.txt"), "doomed")
-	vol := createVolume(t, d, s.Source, "cached")
+	vol := createVolume(t, d, s.Source, "cached", opts...)
 	id := startWatcher(t, d, vol)
 	if got := sh(t, d, id, "cat /data/existing.txt"); got != "v1" {
 		t.Fatalf("container reads existing.txt = %q, want v1", got)
+	}
+	if len(opts) > 0 {
+		_, err := d.Try("exec", id, "sh", "-c", "echo no > /data/existing.txt")
+		if err == nil || !strings.Contains(err.Error(), "Read-only file system") {
+			t.Errorf("a write in a read-only volume: %v; want it refused (Read-only file system)", err)
+		}
+		if st := d.Docker(t, "volume", "inspect", "-f", "{{.Status.readonly}}", vol); st != "true" {
+			t.Errorf("docker volume inspect: Status.readonly %q, want true", st)
+		}
 	}
 
 	// A different size: sftp carries mtimes in whole seconds, so an edit of
