@@ -369,6 +369,9 @@ func (f *storeFront) Status() driver.FrontStatus {
 		Ops:          make(map[string]uint64, len(s.Ops)),
 		Writers:      s.Writers,
 	}
+	if f.readOnly {
+		st.Writers = "none: the volume is read-only"
+	}
 	for k, v := range s.Ops {
 		st.Ops[k] = uint64(v)
 	}

@@ -47,6 +47,9 @@ func TestReadOnlyVolumeIsAReadOnlyMount(t *testing.T) {
 			if names := listNames(t, r.hostPath("d")); len(names) != 0 {
 				t.Errorf("the host's directory now holds %v", names)
 			}
+			if w := r.front.Status().Writers; st != consistency.Consistent && w != "none: the volume is read-only" {
+				t.Errorf("status says writers are served %q", w)
+			}
 		})
 	}
 }
