@@ -70,10 +70,21 @@ import report  # noqa: E402  (same directory)
 CONTENT_TYPE = "application/vnd.docker.plugins.v1.1+json"
 GOROOT_SRC = "/usr/local/go"
 
-PLUGIN_CONFIGS = ("consistent", "cached", "delegated")
-CORE_CONFIGS = ("native",) + PLUGIN_CONFIGS
+STATE_CONFIGS = ("consistent", "cached", "delegated")
+# Read-only volumes (-o readonly=true): served without OPEN. Run only the
+# workloads that write nothing (W1, W4).
+READONLY_CONFIGS = ("cached-ro", "delegated-ro")
+PLUGIN_CONFIGS = STATE_CONFIGS + READONLY_CONFIGS
+CORE_CONFIGS = ("native",) + STATE_CONFIGS
 PEER_CONFIGS = ("rclone", "unison", "mutagen")
-ALL_CONFIGS = CORE_CONFIGS + PEER_CONFIGS
+ALL_CONFIGS = CORE_CONFIGS + READONLY_CONFIGS + PEER_CONFIGS
+
+
+def volume_opts(cfg):
+    """The state and options of a plugin configuration's volume."""
+    if cfg in READONLY_CONFIGS:
+        return cfg[:-len("-ro")], {"readonly": "true"}
+    return cfg, {}
 
 
 def log(*a):
@@ -373,9 +384,11 @@ class Plugin:
             raise BenchError("%s: %s %s" % (route, r.status, (j.get("Err") if isinstance(j, dict) else j)))
         return j
 
-    def volume(self, name, source, state):
-        """Creates and mounts a volume; returns (mountpoint, mount seconds)."""
-        self.call("VolumeDriver.Create", {"Name": name, "Opts": {"source": source, "state": state}})
+    def volume(self, name, source, cfg):
+        """Creates and mounts a volume of configuration cfg (a state, or a
+        read-only one); returns (mountpoint, mount seconds)."""
+        state, opts = volume_opts(cfg)
+        self.call("VolumeDriver.Create", {"Name": name, "Opts": dict(opts, source=source, state=state)})
         t0 = time.monotonic()
         j = self.call("VolumeDriver.Mount", {"Name": name, "ID": "bench-" + name})
         dt = time.monotonic() - t0
@@ -927,7 +940,7 @@ class Bench:
         for w in self.workloads:
             w.prepare()
             for c in self.configs:
-                if c not in self.skipped:
+                if c not in self.skipped and not (c in READONLY_CONFIGS and w.writes):
                     w.prepare_config(c)
         log("prepared H in %.1f s" % (time.monotonic() - t0))
         self.share.up()
@@ -1120,6 +1133,9 @@ class Bench:
         for w in self.workloads + ([self.w3rm] if self.w3rm else []):
             for rep in range(1, self.reps + 1):
                 for cfg in configs:
+                    if cfg in READONLY_CONFIGS and w.writes:
+                        self.notes.add("%s: %s not run (it writes; the volume is read-only)" % (cfg, w.name))
+                        continue
                     if cfg in PEER_CONFIGS and w.name.split()[0] not in pw:
                         self.notes.add("%s: %s not run (--peer-workloads %s)" % (cfg, w.name, self.a.peer_workloads))
                         continue

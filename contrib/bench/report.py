@@ -213,6 +213,7 @@ def markdown(res):
 
 
 COLORS = {"native": "#4d4d4d", "consistent": "#d62728", "cached": "#1f77b4", "delegated": "#2ca02c",
+          "cached-ro": "#aec7e8", "delegated-ro": "#98df8a",
           "rclone": "#ff7f0e", "unison": "#9467bd", "mutagen": "#8c564b"}
 
 
