@@ -10,8 +10,8 @@ import (
 // A hot pass over a tree (go list, a build reading its sources again)
 // costs one OPEN round trip per file and nothing else: the kernel has the
 // names, attributes and pages. Here that round trip is most of the time
-// (a hot go list over GOROOT: 2.4-2.7x native with it, 1.2-1.3x without;
-// contrib/bench/README.md). So readOnlyFS answers the kernel's first OPEN
+// (a hot go list over GOROOT: 2.1-2.2x native with it, 1.1-1.2x without;
+// contrib/bench/README.md, "Read-only volumes without OPEN"). So readOnlyFS answers the kernel's first OPEN
 // with ENOSYS, and the kernel stops sending OPEN and RELEASE on this mount
 // (fc->no_open): it opens every file itself, with FOPEN_KEEP_CACHE, and
 // sends READs with file handle 0, which node.Read serves from the store
