@@ -43,10 +43,16 @@ const maxStack = 16
 // Anything already mounted on target (left by an earlier run) is detached
 // first: a target is only ever used for one source.
 func Mount(root *hostpath.Root, target string) error {
-	return mountFd(root.Fd(), target)
+	return mountFd(root.Fd(), target, false)
 }
 
-func mountFd(fd int, target string) error {
+// MountReadOnly is Mount, read-only: the bind and every mount beneath it
+// (option readonly of a consistent volume).
+func MountReadOnly(root *hostpath.Root, target string) error {
+	return mountFd(root.Fd(), target, true)
+}
+
+func mountFd(fd int, target string, readOnly bool) error {
 	if fd < 0 {
 		return fmt.Errorf("bind mount on %s: source is not open", target)
 	}
@@ -56,28 +62,15 @@ func mountFd(fd int, target string) error {
 	if err := detachAll(target); err != nil {
 		return err
 	}
-	src := "/proc/self/fd/" + strconv.Itoa(fd)
-	if err := unix.Mount(src, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		return &os.PathError{Op: "bind mount", Path: target, Err: err}
-	}
-	if err := unix.Mount("", target, "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
-		_ = unix.Unmount(target, unix.MNT_DETACH)
-		return &os.PathError{Op: "make mount a slave", Path: target, Err: err}
-	}
-	return nil
-}
-
-// MountReadOnly is Mount, read-only: the bind and every mount beneath it
-// (option readonly of a consistent volume).
-func MountReadOnly(root *hostpath.Root, target string) error {
-	if err := os.MkdirAll(target, 0o755); err != nil {
-		return fmt.Errorf("bind mount: create mountpoint: %w", err)
-	}
-	if err := detachAll(target); err != nil {
-		return err
-	}
-	if err := attachReadOnly(root.Fd(), "", true, target); err != nil {
-		return err
+	if readOnly {
+		if err := attachReadOnly(fd, "", true, target); err != nil {
+			return err
+		}
+	} else {
+		src := "/proc/self/fd/" + strconv.Itoa(fd)
+		if err := unix.Mount(src, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return &os.PathError{Op: "bind mount", Path: target, Err: err}
+		}
 	}
 	if err := unix.Mount("", target, "", unix.MS_SLAVE|unix.MS_REC, ""); err != nil {
 		_ = unix.Unmount(target, unix.MNT_DETACH)

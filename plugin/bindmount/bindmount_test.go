@@ -67,7 +67,7 @@ func TestBindWriteBothSidesUnmount(t *testing.T) {
 	target := filepath.Join(t.TempDir(), "mnt", "key") // parent does not exist yet
 	cleanupMount(t, target)
 
-	if err := mountFd(openPath(t, src), target); err != nil {
+	if err := mountFd(openPath(t, src), target, false); err != nil {
 		t.Fatal(err)
 	}
 	if m, err := IsMountpoint(target); err != nil || !m {
@@ -124,7 +124,7 @@ func TestBindFollowsFdNotPath(t *testing.T) {
 	}
 	target := filepath.Join(t.TempDir(), "mnt")
 	cleanupMount(t, target)
-	if err := mountFd(fd, target); err != nil {
+	if err := mountFd(fd, target, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(target, "mine")); err != nil {
@@ -176,10 +176,10 @@ func TestMountReplacesStale(t *testing.T) {
 	writeFile(t, filepath.Join(b, "b"), "b")
 	target := filepath.Join(t.TempDir(), "mnt")
 	cleanupMount(t, target)
-	if err := mountFd(openPath(t, a), target); err != nil {
+	if err := mountFd(openPath(t, a), target, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := mountFd(openPath(t, b), target); err != nil {
+	if err := mountFd(openPath(t, b), target, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(target, "b")); err != nil {
@@ -202,7 +202,7 @@ func TestUnmountBusyDetaches(t *testing.T) {
 	src := t.TempDir()
 	target := filepath.Join(t.TempDir(), "mnt")
 	cleanupMount(t, target)
-	if err := mountFd(openPath(t, src), target); err != nil {
+	if err := mountFd(openPath(t, src), target, false); err != nil {
 		t.Fatal(err)
 	}
 	// A mount beneath the target makes umount(2) of the target fail with
