@@ -244,7 +244,13 @@ func (f *filesystem) origin(ctx context.Context) context.Context {
 // fromSyncer reports a request made by one of the syncer's own threads.
 func (f *filesystem) fromSyncer(ctx context.Context) bool {
 	c, ok := fuse.FromContext(ctx)
-	return ok && c.Pid != 0 && f.store.Threads().Has(c.Pid)
+	return ok && f.syncerCaller(c)
+}
+
+// syncerCaller reports a request's caller that is one of the syncer's own
+// threads (a pid of 0: from outside the plugin's pid namespace).
+func (f *filesystem) syncerCaller(c *fuse.Caller) bool {
+	return c.Pid != 0 && f.store.Threads().Has(c.Pid)
 }
 
 func caller(ctx context.Context) store.Owner {

@@ -36,9 +36,7 @@ func newReadOnlyFS(inner fuse.RawFileSystem, fs *filesystem) *readOnlyFS {
 }
 
 // byContainer reports a request from anyone but the syncer's threads.
-func (r *readOnlyFS) byContainer(c *fuse.Caller) bool {
-	return c.Pid == 0 || !r.fs.store.Threads().Has(c.Pid)
-}
+func (r *readOnlyFS) byContainer(c *fuse.Caller) bool { return !r.fs.syncerCaller(c) }
 
 func (r *readOnlyFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	return fuse.ENOSYS
