@@ -53,7 +53,9 @@ type Refresher struct {
 	// sweep's CPU, and nearly every directory is unchanged.
 	inSync map[string]syncMark
 	// watched are the populated directories as of the last sweep, and those
-	// found by checks since (nil before the first sweep).
+	// found by checks since: nil before the first sweep, but on a new
+	// volume, whose checks watch what is listed from the start (Run tells
+	// a new volume by that).
 	watched map[string]dirWatch
 	// populated is where this refresher is in the store's log of populated
 	// directories (store.PopulatedSince), and populatedAt when it was read.
@@ -66,9 +68,6 @@ type Refresher struct {
 	// its base at the last check, that base: while the host still matches
 	// it, the store's (an xattr read and a parse) is not read again.
 	inUseSeen map[string]store.Base
-	// fresh: the store had nothing listed into it when the refresher was
-	// made (set once, by NewRefresher).
-	fresh bool
 }
 
 // syncMark is how a directory looked on both sides when it was last in sync.
@@ -129,7 +128,6 @@ func NewRefresher(st *store.Store, mnt *hostpath.Root, inval Invalidator, inUse 
 		// first look need not be a sweep (see Run).
 		r.populated, r.populatedAt = next, readAt
 		r.watched = make(map[string]dirWatch)
-		r.fresh = true
 	}
 	return r
 }
@@ -147,8 +145,9 @@ const (
 	sweepDutyCycle = 30
 )
 
-// Run looks for host changes until ctx ends: a sweep first, then a check
-// every interval and a sweep as often as sweepDutyCycle allows.
+// Run looks for host changes until ctx ends: a sweep first (on a new
+// volume, checks first), then a check every interval and a sweep as often
+// as sweepDutyCycle allows.
 func (r *Refresher) Run(ctx context.Context) {
 	t := time.NewTimer(r.every)
 	defer t.Stop()
@@ -157,7 +156,10 @@ func (r *Refresher) Run(ctx context.Context) {
 		took  time.Duration
 		dirs  int
 	}
-	if r.fresh {
+	r.mu.Lock()
+	watching := r.watched != nil // before any look: only a new volume's
+	r.mu.Unlock()
+	if watching {
 		// A new volume: what the container lists was just listed from the
 		// host, and checks watch it (NewRefresher). A sweep at the first
 		// interval listed it all again, during the container's first walk
