@@ -164,19 +164,10 @@ func TestStatAfterListingCostsNoRequest(t *testing.T) {
 // so the container's stat then costs none; in a read-only volume, where
 // no handle is released, after each READ.
 func TestStatAfterReadingCostsNoRequest(t *testing.T) {
-	for _, ro := range []bool{false, true} {
-		for _, st := range storeStates {
-			name, open := st.String(), newRig
-			if ro {
-				name, open = name+",readonly", newReadOnlyRig
-			}
-			t.Run(name, func(t *testing.T) { testStatAfterReadingCostsNoRequest(t, st, open) })
-		}
-	}
+	forStoreRigs(t, testStatAfterReadingCostsNoRequest)
 }
 
-func testStatAfterReadingCostsNoRequest(t *testing.T, st consistency.State,
-	open func(testing.TB, consistency.State, func(string)) *rig) {
+func testStatAfterReadingCostsNoRequest(t *testing.T, st consistency.State, open rigOpener) {
 	// Larger than a prefill (fsys), which would leave no READ.
 	content := "package f\n" + strings.Repeat("// a comment\n", 20000)
 	r := open(t, st, func(h string) { writeFile(t, filepath.Join(h, "f.go"), content) })

@@ -93,6 +93,23 @@ func newReadOnlyRig(t testing.TB, st consistency.State, setup func(host string))
 	return openRig(t, st, "50ms", setup, nil, true)
 }
 
+// rigOpener is newRig or newReadOnlyRig.
+type rigOpener func(t testing.TB, st consistency.State, setup func(host string)) *rig
+
+// forStoreRigs runs test in each store state, over a writable volume and
+// over a read-only one (subtests "cached", ..., "cached,readonly", ...).
+func forStoreRigs(t *testing.T, test func(t *testing.T, st consistency.State, open rigOpener)) {
+	for _, readOnly := range []bool{false, true} {
+		for _, st := range storeStates {
+			name, open := st.String(), rigOpener(newRig)
+			if readOnly {
+				name, open = name+",readonly", newReadOnlyRig
+			}
+			t.Run(name, func(t *testing.T) { test(t, st, open) })
+		}
+	}
+}
+
 func openRig(t testing.TB, st consistency.State, rescan string, setup func(host string), configure func(*Config), readOnly bool) *rig {
 	t.Helper()
 	requireFUSE(t)

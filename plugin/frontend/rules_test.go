@@ -150,24 +150,11 @@ func TestC3_CachedWriteFailsWithHostErrno(t *testing.T) {
 // event is what the host had. A read-only volume (served without OPEN)
 // gets them the same way.
 func TestC2_D1_HostEditsArriveWithEvents(t *testing.T) {
-	for _, ro := range []bool{false, true} {
-		for _, st := range storeStates {
-			name := st.String()
-			if ro {
-				name += ",readonly"
-			}
-			t.Run(name, func(t *testing.T) { testHostEditsArriveWithEvents(t, st, ro) })
-		}
-	}
+	forStoreRigs(t, testHostEditsArriveWithEvents)
 }
 
-func testHostEditsArriveWithEvents(t *testing.T, st consistency.State, readOnly bool) {
-	setup := func(h string) { writeFile(t, filepath.Join(h, "edit.txt"), "v1") }
-	open := newRig
-	if readOnly {
-		open = newReadOnlyRig
-	}
-	r := open(t, st, setup)
+func testHostEditsArriveWithEvents(t *testing.T, st consistency.State, open rigOpener) {
+	r := open(t, st, func(h string) { writeFile(t, filepath.Join(h, "edit.txt"), "v1") })
 	if got := readFile(t, r.mntPath("edit.txt")); got != "v1" {
 		t.Fatalf("initial read %q", got)
 	}
