@@ -409,11 +409,7 @@ func TestC5_D6_ChecksFindEditsInPlaceToFilesInUse(t *testing.T) {
 			ref := ownRefresher(t, r, true)
 			check := func(what string, wantFiles, wantDirs int) {
 				t.Helper()
-				s, err := ref.Check(context.Background())
-				if err != nil {
-					t.Fatalf("%s: check: %v", what, err)
-				}
-				if s.Files != wantFiles || s.Dirs != wantDirs {
+				if s := runCheck(t, ref, what); s.Files != wantFiles || s.Dirs != wantDirs {
 					t.Fatalf("%s: %d files in use stat'ed, %d directories listed; want %d, %d", what, s.Files, s.Dirs, wantFiles, wantDirs)
 				}
 			}
@@ -598,12 +594,19 @@ func ownRefresher(t *testing.T, r *rig, inUse bool) *syncer.Refresher {
 // wantChecked watched directories and listed wantDirs.
 func checkDirs(t *testing.T, ref *syncer.Refresher, what string, wantChecked, wantDirs int) syncer.ScanStats {
 	t.Helper()
+	s := runCheck(t, ref, what)
+	if s.Checked != wantChecked || s.Dirs != wantDirs {
+		t.Fatalf("%s: %d directories checked, %d listed; want %d, %d", what, s.Checked, s.Dirs, wantChecked, wantDirs)
+	}
+	return s
+}
+
+// runCheck runs one Check of ref, failing t if it fails.
+func runCheck(t *testing.T, ref *syncer.Refresher, what string) syncer.ScanStats {
+	t.Helper()
 	s, err := ref.Check(context.Background())
 	if err != nil {
 		t.Fatalf("%s: check: %v", what, err)
-	}
-	if s.Checked != wantChecked || s.Dirs != wantDirs {
-		t.Fatalf("%s: %d directories checked, %d listed; want %d, %d", what, s.Checked, s.Dirs, wantChecked, wantDirs)
 	}
 	return s
 }
