@@ -186,6 +186,21 @@ class CycleTest(unittest.TestCase):
         self.assertIn("expected 4", b.errors["native"]["WX cold"])
 
 
+class ReadOnlyConfigTest(unittest.TestCase):
+    def test_read_only_configurations_run_only_what_writes_nothing(self):
+        b = bench.Bench.__new__(bench.Bench)
+        b.configs, b.skipped, b.reps, b.notes, b.w3rm = ["native", "cached-ro"], {}, 1, set(), None
+        b.a = type("A", (), {"peer_workloads": "W1"})()
+        reads, writes = FlakyWorkload(b), FlakyWorkload(b)
+        writes.name, writes.writes = "WW", True
+        b.workloads = [reads, writes]
+        ran = []
+        b.cycle = lambda w, cfg, rep: ran.append((w.name, cfg))
+        b.run_all()
+        self.assertEqual(ran, [("WX", "native"), ("WX", "cached-ro"), ("WW", "native")])
+        self.assertTrue(any("cached-ro: WW not run" in n for n in b.notes), b.notes)
+
+
 class FakePlugin(http.server.BaseHTTPRequestHandler):
     volumes = {}
 
@@ -241,6 +256,10 @@ class ProtocolTest(unittest.TestCase):
                 self.assertEqual(mp, d)
                 self.assertEqual(FakePlugin.volumes["v"], {"source": "/src", "state": "cached"})
                 self.assertGreaterEqual(p.unmount("v"), 0)
+                # a read-only configuration is its state with readonly=true
+                p.volume("r", "/src", "cached-ro")
+                self.assertEqual(FakePlugin.volumes["r"], {"source": "/src", "state": "cached", "readonly": "true"})
+                p.unmount("r")
                 with self.assertRaises(bench.BenchError) as c:
                     p.call("VolumeDriver.Create", {"Name": "w", "Opts": {}})
                 self.assertIn("source", str(c.exception))
