@@ -152,6 +152,7 @@ func (o *Opener) openStore(spec driver.FrontSpec, log *slog.Logger) (*openStore,
 		Log:          log,
 		PopulatedLog: populatedLog,
 		ShareWork:    o.cfg.ShareWork,
+		ReadOnly:     spec.ReadOnly,
 	})
 	if err != nil {
 		host.Close()
@@ -368,9 +369,6 @@ func (f *storeFront) Status() driver.FrontStatus {
 		Errors:       s.WriteBack.Errors,
 		Ops:          make(map[string]uint64, len(s.Ops)),
 		Writers:      s.Writers,
-	}
-	if f.readOnly {
-		st.Writers = "none: the volume is read-only"
 	}
 	for k, v := range s.Ops {
 		st.Ops[k] = uint64(v)

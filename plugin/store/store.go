@@ -67,6 +67,9 @@ type Config struct {
 	// fetching a file's content, writing a path back. The plugin raises
 	// GOMAXPROCS meanwhile (package cpus).
 	ShareWork func()
+	// ReadOnly: the store serves a read-only volume, which nothing writes
+	// but the host changes brought in: there are no writers to serve.
+	ReadOnly bool
 }
 
 // Store serves one (source, state). It is safe for concurrent use.
@@ -173,7 +176,10 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s := &Store{host: cfg.Host, local: local, state: cfg.State, log: cfg.Log, populatedMax: cfg.PopulatedLog,
 		shareWork: cfg.ShareWork}
-	if cfg.State == consistency.Cached {
+	switch {
+	case cfg.ReadOnly:
+		s.writers = "none: the volume is read-only"
+	case cfg.State == consistency.Cached:
 		var why string
 		s.writersFromHost, why = writersFromHost(cfg.Host.Fd())
 		cfg.Log.Info("cached writers", "served_from_host", s.writersFromHost, "because_the_source_is", why)
@@ -322,7 +328,7 @@ type Stats struct {
 	Kept         int64            // store files kept open between read-only opens (OpenKept)
 	WrittenBytes int64            // file content written back to the host
 	Ops          map[string]int64 // container operations served, by kind
-	Writers      string           // cached: how files open for writing only are served, and why
+	Writers      string           // cached: how files open for writing only are served, and why; a read-only volume: none
 }
 
 // CountOp counts one container operation of the given kind ("open",
