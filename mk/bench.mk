@@ -15,11 +15,13 @@ BENCH_PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || ech
 BENCH_WORK   ?= $(BUILD)/bench
 BENCH_OUT    ?= bench-results
 BENCH_ARGS   ?=
-BENCH        := $(BENCH_PYTHON) contrib/bench/bench.py --plugin $(BIN)/bindstate --work $(BENCH_WORK) --out $(BENCH_OUT)
+MUTAGEN      := $(BIN)/mutagen/mutagen
+BENCH        := $(BENCH_PYTHON) contrib/bench/bench.py --plugin $(BIN)/bindstate --mutagen $(MUTAGEN) --work $(BENCH_WORK) --out $(BENCH_OUT)
 
 .PHONY: bench bench-quick bench-smoke
 bench: $(BIN)/bindstate ## benchmark W1-W4, all configurations and peers vs native (30-60 min, root)
 	bash contrib/install-deps.sh --bench
+	bash contrib/bench/mutagen.sh $(dir $(MUTAGEN))
 	$(BENCH) $(BENCH_ARGS)
 
 bench-quick: $(BIN)/bindstate ## benchmark W1 and W2 on a small tree (under 3 min, root)

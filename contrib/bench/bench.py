@@ -810,19 +810,122 @@ class UnisonPeer(Peer):
 
 
 class MutagenPeer(Peer):
-    """Mutagen (Docker Desktop's synchronized file shares) over ssh into a
-    local directory. Needs WORK/mutagen/mutagen (built as BENCH.md says)."""
+    """Mutagen v0.18.1 (the engine of Docker Desktop's synchronized file
+    shares): a two-way sync session between H, over ssh to the share's
+    sshd, and a local directory the workload runs in. Each run has its own
+    daemon and state (MUTAGEN_DATA_DIRECTORY). The initial sync and the
+    sync back (`mutagen sync flush`, what a user runs to have the host
+    caught up) are timed apart from the workload. Built by
+    contrib/bench/mutagen.sh (make bench does) at `binary`.
+
+    The other end runs as the ssh user, root: Mutagen installs its agent
+    in that user's home (~root/.mutagen, a path fixed in Mutagen). The
+    harness removes it at the end (cleanup) if it was not there before."""
     name = tool = "mutagen"
+    binary = os.path.join(REPO, "bin", "mutagen", "mutagen")  # --mutagen
+    remote_state = os.path.join(os.path.expanduser("~root"), ".mutagen")
+    remote_state_ours = None  # True: made by this harness, removed by cleanup
 
     @classmethod
     def missing(cls):
-        return "not run: a Mutagen v0.18.1 build is not wired into this harness yet"
+        bundle = os.path.join(os.path.dirname(cls.binary), "mutagen-agents.tar.gz")
+        if not os.access(cls.binary, os.X_OK) or not os.path.isfile(bundle):
+            return "Mutagen is not built at %s (make bench builds it: bash contrib/bench/mutagen.sh %s)" % (
+                cls.binary, os.path.dirname(cls.binary))
+        return None
+
+    @classmethod
+    def cleanup(cls):
+        if cls.remote_state_ours:
+            shutil.rmtree(cls.remote_state, ignore_errors=True)
+        cls.remote_state_ours = None
+
+    def _mutagen(self, *args):
+        return run([self.binary] + list(args), env=self.menv, capture=True, timeout=self.b.timeout)
 
     def up(self):
-        raise BenchError(self.missing())
+        e = self.b.share.env()
+        # Mutagen runs the ssh and scp it finds in MUTAGEN_SSH_PATH: these
+        # use the share's own ssh config (its port, key and host alias).
+        sshbin = os.path.join(self.dir, "ssh")
+        os.makedirs(sshbin)
+        for tool in ("ssh", "scp"):
+            real = shutil.which(tool)
+            if real is None:
+                raise BenchError("%s not found (apt-get install openssh-client)" % tool)
+            path = os.path.join(sshbin, tool)
+            with open(path, "w") as f:
+                f.write("#!/bin/sh\nexec %s -F %s \"$@\"\n" % (shlex.quote(real), shlex.quote(e["SHARE_SSH_CONFIG"])))
+            os.chmod(path, 0o755)
+        self.menv = dict(self.env, MUTAGEN_DATA_DIRECTORY=os.path.join(self.dir, "data"), MUTAGEN_SSH_PATH=sshbin)
+        if MutagenPeer.remote_state_ours is None:
+            MutagenPeer.remote_state_ours = not os.path.exists(self.remote_state)
+        self.local = os.path.join(self.dir, "local")
+        os.makedirs(self.local)
+        self._mutagen("daemon", "start")
+        self.running = True
+        t0 = time.monotonic()
+        # posix-raw: symbolic links as they are (the default refuses some).
+        self._mutagen("sync", "create", "--name", "bench", "--symlink-mode", "posix-raw",
+                      "share:" + os.path.join(self.b.H, self.rel), self.local)
+        self._mutagen("sync", "flush", "bench")  # returns once a full cycle is done
+        dt = time.monotonic() - t0
+        self._problems("initial sync")
+        return self.local, {"initial_sync_s": dt}
+
+    def _problems(self, when):
+        """Notes what Mutagen could not sync (conflicts, problems): the
+        timings then cover less than the whole tree."""
+        _, out = self._mutagen("sync", "list", "--template", "{{ json . }}", "bench")
+        try:
+            sessions = json.loads(out)
+        except ValueError:
+            return
+        for sess in sessions if isinstance(sessions, list) else [sessions]:
+            found = [k for k in ("conflicts",) if sess.get(k)]
+            for side in ("alpha", "beta"):
+                for k, v in (sess.get(side) or {}).items():
+                    if k.endswith("Problems") and v:
+                        found.append("%s %s" % (side, k))
+            if found:
+                self.b.notes.add("mutagen: %s %s r%d: %s" % (self.w.name, when, self.rep, ", ".join(found)))
+
+    def sync_back(self):
+        dt, _ = self._mutagen("sync", "flush", "bench")
+        self._problems("sync back")
+        return _r(dt)
 
     def down(self):
-        return None
+        if not getattr(self, "running", False):
+            return None
+        self.running = False
+        try:
+            self._mutagen("sync", "terminate", "bench")
+        finally:
+            run([self.binary, "daemon", "stop"], env=self.menv, timeout=60, check=False)
+            for pid in pids_with_env("MUTAGEN_DATA_DIRECTORY", self.menv["MUTAGEN_DATA_DIRECTORY"]):
+                try:
+                    os.kill(pid, signal.SIGKILL)  # a daemon that did not stop
+                except ProcessLookupError:
+                    pass
+        # Nothing is left to write: the sync back ran before (as for unison).
+        return 0.0
+
+
+def pids_with_env(name, value):
+    """The processes whose environment has name=value."""
+    want = ("%s=%s" % (name, value)).encode()
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % d, "rb") as f:
+                if want in f.read().split(b"\0"):
+                    pids.append(int(d))
+        except OSError:
+            pass
+    return pids
 
 
 PEERS = {"rclone": RclonePeer, "unison": UnisonPeer, "mutagen": MutagenPeer}
@@ -1231,6 +1334,9 @@ class Bench:
         log("extras exit flush: %s" % e)
 
     def teardown(self):
+        for peer in PEERS.values():
+            if hasattr(peer, "cleanup"):
+                peer.cleanup()
         if getattr(self, "share", None):
             try:
                 self.share.down()
@@ -1284,6 +1390,8 @@ def main(argv=None):
     ap.add_argument("--work", default=os.path.join(REPO, "_build", "bench"), help="scratch dir (ext4)")
     ap.add_argument("--out", default=os.path.join(REPO, "bench-results"), help="results dir")
     ap.add_argument("--plugin", default=os.path.join(REPO, "bin", "bindstate"), help="plugin binary")
+    ap.add_argument("--mutagen", default=MutagenPeer.binary, help="Mutagen binary, the agents' bundle beside it "
+                    "(contrib/bench/mutagen.sh builds both)")
     ap.add_argument("--configs", default=None, help="comma-separated, default: all (%s); quick: %s" % (",".join(ALL_CONFIGS), ",".join(CORE_CONFIGS)))
     ap.add_argument("--workloads", default=None, help="comma-separated, default W1,W2,W3,W4 (quick: W1,W2)")
     ap.add_argument("--reps", type=int, default=0, help="repetitions (default 3)")
@@ -1310,6 +1418,7 @@ def main(argv=None):
     if a.workloads is None:
         a.workloads = "W1,W2" if a.quick else "W1,W2,W4,W3"
     stem = a.name or ("bench-quick" if a.quick else "bench")
+    MutagenPeer.binary = os.path.abspath(a.mutagen)
 
     b = Bench(a)
     t0 = time.monotonic()

@@ -201,6 +201,105 @@ class ReadOnlyConfigTest(unittest.TestCase):
         self.assertTrue(any("cached-ro: WW not run" in n for n in b.notes), b.notes)
 
 
+FAKE_MUTAGEN = """#!/bin/sh
+# Logs each call (its arguments and the two environment variables the
+# harness sets), acts out the agent install, answers `sync list`.
+echo "$* | $MUTAGEN_DATA_DIRECTORY | $MUTAGEN_SSH_PATH" >>"$(dirname "$0")/calls"
+case "$1 $2" in
+"sync create") mkdir -p "$FAKE_REMOTE_STATE" ;;
+"sync list") cat "$(dirname "$0")/list.json" 2>/dev/null || echo "[]" ;;
+esac
+"""
+
+
+class MutagenPeerTest(unittest.TestCase):
+    """MutagenPeer against a fake mutagen that logs its calls."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.bin = os.path.join(self.tmp, "bin")
+        os.makedirs(self.bin)
+        for attr in ("binary", "remote_state", "remote_state_ours"):
+            self.addCleanup(setattr, bench.MutagenPeer, attr, getattr(bench.MutagenPeer, attr))
+        bench.MutagenPeer.binary = os.path.join(self.bin, "mutagen")
+        bench.MutagenPeer.remote_state = os.path.join(self.tmp, "root-home", ".mutagen")
+        bench.MutagenPeer.remote_state_ours = None
+        os.environ["FAKE_REMOTE_STATE"] = bench.MutagenPeer.remote_state
+        self.addCleanup(os.environ.pop, "FAKE_REMOTE_STATE")
+
+    def build(self):
+        with open(bench.MutagenPeer.binary, "w") as f:
+            f.write(FAKE_MUTAGEN)
+        os.chmod(bench.MutagenPeer.binary, 0o755)
+        open(os.path.join(self.bin, "mutagen-agents.tar.gz"), "w").close()
+
+    def bench(self):
+        b = bench.Bench.__new__(bench.Bench)
+        b.work, b.H, b.timeout, b.notes = self.tmp, os.path.join(self.tmp, "H"), 30, set()
+        cfg = os.path.join(self.tmp, "ssh_config")
+        b.share = type("S", (), {"env": lambda self: {"SHARE_SSH_CONFIG": cfg}})()
+        return b
+
+    def calls(self):
+        with open(os.path.join(self.bin, "calls")) as f:
+            return [line.rstrip("\n").split(" | ") for line in f]
+
+    def test_missing_until_built_with_its_agents(self):
+        self.assertIn("contrib/bench/mutagen.sh", bench.MutagenPeer.missing())
+        self.build()
+        self.assertIsNone(bench.MutagenPeer.missing())
+        os.remove(os.path.join(self.bin, "mutagen-agents.tar.gz"))
+        self.assertIn("not built", bench.MutagenPeer.missing())
+
+    def test_a_run_syncs_over_the_shares_ssh_with_state_of_its_own(self):
+        self.build()
+        b = self.bench()
+        peer = bench.MutagenPeer(b, type("W", (), {"name": "W2"})(), "w2/mutagen", 1)
+        target, info = peer.up()
+        self.assertEqual(target, os.path.join(peer.dir, "local"))
+        self.assertTrue(os.path.isdir(target))
+        self.assertIn("initial_sync_s", info)
+        self.assertIsNotNone(peer.sync_back())
+        self.assertEqual(peer.down(), 0.0)
+        self.assertIsNone(peer.down(), "a second down does nothing")
+        calls = self.calls()
+        self.assertEqual([c[0].split(" ")[:2] for c in calls],
+                         [["daemon", "start"], ["sync", "create"], ["sync", "flush"], ["sync", "list"],
+                          ["sync", "flush"], ["sync", "list"], ["sync", "terminate"], ["daemon", "stop"]])
+        create = calls[1][0].split(" ")
+        self.assertEqual(create[-2:], ["share:" + os.path.join(b.H, "w2/mutagen"), target], create)
+        data, sshpath = calls[0][1], calls[0][2]
+        self.assertTrue(data.startswith(peer.dir + "/"), "the daemon's state is the run's own: %s" % data)
+        self.assertTrue(all(c[1:] == [data, sshpath] for c in calls), calls)
+        for tool in ("ssh", "scp"):
+            with open(os.path.join(sshpath, tool)) as f:
+                self.assertIn("-F " + os.path.join(self.tmp, "ssh_config"), f.read())
+        self.assertEqual(b.notes, set())
+        self.assertTrue(os.path.isdir(bench.MutagenPeer.remote_state))
+        bench.MutagenPeer.cleanup()
+        self.assertFalse(os.path.exists(bench.MutagenPeer.remote_state), "the agent the run installed is removed")
+
+    def test_cleanup_keeps_a_users_own_mutagen_state(self):
+        self.build()
+        os.makedirs(bench.MutagenPeer.remote_state)
+        peer = bench.MutagenPeer(self.bench(), type("W", (), {"name": "W1"})(), "w1", 1)
+        peer.up()
+        peer.down()
+        bench.MutagenPeer.cleanup()
+        self.assertTrue(os.path.isdir(bench.MutagenPeer.remote_state))
+
+    def test_what_mutagen_could_not_sync_is_noted(self):
+        self.build()
+        with open(os.path.join(self.bin, "list.json"), "w") as f:
+            json.dump([{"conflicts": [{"root": "a"}], "alpha": {"scanProblems": [{"path": "x"}]},
+                        "beta": {"transitionProblems": []}}], f)
+        b = self.bench()
+        peer = bench.MutagenPeer(b, type("W", (), {"name": "W3"})(), "w3", 2)
+        peer.up()
+        peer.down()
+        self.assertEqual(b.notes, {"mutagen: W3 initial sync r2: conflicts, alpha scanProblems"})
+
+
 class FakePlugin(http.server.BaseHTTPRequestHandler):
     volumes = {}
 
