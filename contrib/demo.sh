@@ -31,7 +31,7 @@ PLUGIN=${PLUGIN:-bindstate}
 IMAGE=bindstate-demo-busybox
 LABEL=io.bindstate.demo
 SHARE=$DEMO_HOME/share
-STATES=(consistent cached delegated)
+STATES=(consistent cached delegated readonly)
 PRIVATE_SOCK=$DEMO_RUN/docker.sock
 PRIVATE_PID=$DEMO_RUN/dockerd.pid
 PRIVATE_DATA=$DEMO_HOME/daemon
@@ -220,12 +220,17 @@ wait_for() {
 host_has() { [ -f "$1" ] && grep -qF "$2" "$1"; }
 ctr_has() { timeout 10 docker exec "$(ctr "$1")" grep -qF "$3" "/data/$2"; }
 
+# make_volume_and_container NAME [OPTION...]: a sample folder, a volume of it
+# (state NAME, or the -o options given) and a container using it.
 make_volume_and_container() {
   local st=$1 src=$SHARE/$1
+  shift
+  local opts=("$@")
+  [ "${#opts[@]}" -ne 0 ] || opts=(-o state="$st")
   mkdir -p "$src/src"
-  printf 'This folder is served to a container in the %s state.\n' "$st" >"$src/README.txt"
+  printf 'This folder is served to a container by the %s volume.\n' "$st" >"$src/README.txt"
   printf 'package main\n\nfunc main() {}\n' >"$src/src/main.go"
-  run dk volume create -d "$PLUGIN" -o source="$src" -o state="$st" "$(vol "$st")" || return 1
+  run dk volume create -d "$PLUGIN" -o source="$src" "${opts[@]}" "$(vol "$st")" || return 1
   record VOLUME "$(vol "$st")"
   run dk run -d --name "$(ctr "$st")" --label "$LABEL=1" --network none -v "$(vol "$st")":/data -w /data \
     "$IMAGE" sh -c 'trap "exit 0" TERM; while :; do sleep 1; done' || return 1
@@ -332,6 +337,31 @@ tour_delegated() {
   run dk start "$(ctr delegated)" >/dev/null || true
 }
 
+tour_readonly() {
+  step "read-only: a tree the containers only read, served without OPEN"
+  say "A volume made with -o readonly=true (with the engine patch: any :ro bind in"
+  say "the cached or delegated state) is served as cached is, but nothing can write"
+  say "through it. So the plugin has the kernel open files itself: a file opened"
+  say "again costs no round trip to the plugin (a hot \`go list\` runs at 1.1-1.2x"
+  say "native, where a writable volume costs 2x). Host edits still arrive."
+  make_volume_and_container readonly -o state=cached -o readonly=true || return 1
+  local f=$SHARE/readonly
+  printf '%s   container$ %s%s\n' "$D" "echo nope > /data/hello.txt" "$N"
+  if timeout 60 docker exec "$(ctr readonly)" sh -c 'echo nope > /data/hello.txt' 2>&1 | sed 's/^/     /'; then
+    bad "the container could write to a read-only volume"; return 1
+  fi
+  [ ! -e "$f/hello.txt" ] || { bad "a write from the container reached the host"; return 1; }
+  ok "the write is refused (Read-only file system), and the host is unchanged"
+  hostshow "echo 'edited on the host' > $f/from-host.txt"
+  if wait_for 15 ctr_has readonly from-host.txt 'edited on the host'; then
+    inside readonly 'cat /data/from-host.txt'
+    ok "the host's edit reached the container after $WAITED"
+  else
+    bad "the host's edit did not reach the container within 15 s"; return 1
+  fi
+  run dk volume inspect --format '{{json .Status}}' "$(vol readonly)"
+}
+
 tour_status() {
   step "what the daemon knows: docker volume ls / inspect"
   run dk volume ls --filter name=demo-
@@ -428,7 +458,7 @@ demo() {
     printf '\n%sdemo: these states did not behave as described: %s%s\n' "$R" "${failed[*]}" "$N"
     exit 1
   fi
-  printf '\n%sdemo: all three states behaved as described.%s\n' "$G" "$N"
+  printf '\n%sdemo: all three states, and the read-only volume, behaved as described.%s\n' "$G" "$N"
 }
 
 # ---------------------------------------------------------------- clean
