@@ -538,3 +538,37 @@ func TestC2_D6_ListingsFollowChanges(t *testing.T) {
 		})
 	}
 }
+
+// rule D2 for a database's files, through the mount: every fsync of a large
+// file puts it on the host, whether the plugin saw its writes (O_RDWR, as a
+// database opens its log and tables: the store writes back only the places
+// written) or the kernel wrote it by passthrough (O_WRONLY: the plugin sees
+// none of those writes, so that file goes back whole).
+func TestD2_FsyncOfALargeFileWrittenInPlacesReachesHost(t *testing.T) {
+	r := newRig(t, consistency.Delegated, nil)
+	want := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB
+	if err := os.WriteFile(r.mntPath("wal"), want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i, flags := range []int{os.O_RDWR, os.O_WRONLY, os.O_RDWR} {
+		f, err := os.OpenFile(r.mntPath("wal"), flags, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range 3 {
+			off := int64((i*3 + j) * 100_000)
+			p := bytes.Repeat([]byte{byte('A' + i*3 + j)}, 8192)
+			if _, err := f.WriteAt(p, off); err != nil {
+				t.Fatal(err)
+			}
+			copy(want[off:], p)
+			if err := f.Sync(); err != nil {
+				t.Fatalf("fsync: %v", err)
+			}
+			if got := readFile(t, r.hostPath("wal")); got != string(want) {
+				t.Fatalf("open %d (flags %#x), fsync %d: the host file differs from what was written", i, flags, j)
+			}
+		}
+		f.Close()
+	}
+}

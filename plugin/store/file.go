@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,6 +40,9 @@ type File struct {
 	// reader of a stub while the store is full).
 	kept        *Kept
 	localIsHost bool
+
+	ino          atomic.Uint64 // the store file's inode (storeIno), once read
+	kernelWrites bool          // KernelWrites was called: the range log counts it until Release
 }
 
 // openFlags strips flags the store handles itself.
@@ -251,16 +255,26 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	var n int
 	unlock := s.lockShared(ctx)
 	r, flush := f.route(ctx)
-	err := s.do(r, f.rels(),
-		func() error {
-			_, err := unix.Pwrite(int(f.host.Fd()), p, off)
-			return err
-		},
-		func() error {
-			var err error
-			n, err = unix.Pwrite(f.Fd(), p, off)
-			return err
-		})
+	rels := f.rels()
+	local := func() error {
+		var err error
+		n, err = unix.Pwrite(f.Fd(), p, off)
+		return err
+	}
+	var err error
+	if r == routeJournal {
+		// Logged for the range log: a large file's next Put writes the
+		// places written, not the whole file. A failed write may have
+		// written part of p: the whole of it is logged.
+		ino := f.storeIno()
+		err = s.journaled(rels, local, func() {}, func() { s.ranges.wrote(rels, ino, off, int64(len(p))) })
+	} else {
+		err = s.do(r, rels,
+			func() error {
+				_, err := unix.Pwrite(int(f.host.Fd()), p, off)
+				return err
+			}, local)
+	}
 	unlock()
 	if flush && err == nil {
 		err = f.writeBack(ctx)
@@ -340,6 +354,10 @@ func (f *File) Release() error {
 	held := f.held
 	f.held = ""
 	f.mu.Unlock()
+	if f.kernelWrites {
+		f.kernelWrites = false
+		f.s.ranges.kernelWriter(f.storeIno(), -1)
+	}
 	if held != "" {
 		// Renamed while open: the writes went to the file under its new name,
 		// which the hold did not follow.
@@ -575,4 +593,31 @@ func (f *File) restub() {
 // isNoSpace reports whether err is the store's disk or quota being full.
 func isNoSpace(err error) bool {
 	return errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT)
+}
+
+// storeIno is the store file's inode number (0 if it cannot be read: no
+// range log entry has it, so the write makes its paths' next Puts whole).
+func (f *File) storeIno() uint64 {
+	if ino := f.ino.Load(); ino != 0 {
+		return ino
+	}
+	var st unix.Stat_t
+	if unix.Fstat(f.Fd(), &st) != nil {
+		return 0
+	}
+	f.ino.Store(st.Ino)
+	return st.Ino
+}
+
+// KernelWrites is called when the kernel is handed the store file to write
+// itself (FUSE passthrough): the plugin sees none of those writes, so the
+// file's next writeback copies it whole (rangeLog), until Release.
+func (f *File) KernelWrites() {
+	if f.kernelWrites || f.s.ranges == nil {
+		return
+	}
+	if ino := f.storeIno(); ino != 0 {
+		f.kernelWrites = true
+		f.s.ranges.kernelWriter(ino, 1)
+	}
 }

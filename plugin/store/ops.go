@@ -126,6 +126,21 @@ func (s *Store) markDirty(rels ...string) error {
 	return nil
 }
 
+// journaled makes a delegated change: its paths are journaled before it (a
+// crash in between leaves them dirty) and again after it (a Put that ran
+// meanwhile runs once more: writeback's generation check); before and after
+// tell the range log.
+func (s *Store) journaled(rels []string, local func() error, before, after func()) error {
+	if err := s.markDirty(rels...); err != nil {
+		return err
+	}
+	before()
+	err := local()
+	after()
+	s.markDirty(rels...)
+	return err
+}
+
 // do runs one change of rels along route r: onHost (may be nil) is the host
 // half of a write-through, local the store half.
 func (s *Store) do(r route, rels []string, onHost, local func() error) error {
@@ -150,12 +165,11 @@ func (s *Store) do(r route, rels []string, onHost, local func() error) error {
 		}
 		return nil
 	case routeJournal:
-		if err := s.markDirty(rels...); err != nil {
-			return err
-		}
-		err := local()
-		s.markDirty(rels...)
-		return err
+		// The range log cannot tell what this changes: the next Put
+		// copies rels whole (forgotten after the change too: a Put that
+		// ran meanwhile began logging anew).
+		forget := func() { s.ranges.forget(rels...) }
+		return s.journaled(rels, local, forget, forget)
 	default:
 		return s.keepingDirMtimes(rels, local)
 	}

@@ -311,6 +311,95 @@ func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat
 		s.putAttrs(rel, st, hst) // content never left the host; only attributes changed
 		return nil, nil
 	}
+	if exists && hst.Mode&unix.S_IFMT == unix.S_IFREG && hst.Nlink == 1 && !isLinked(st) {
+		// The host file is what the last Put left (putEntry checked its
+		// base): if the range log knows what changed since, only that goes.
+		if spans, ok := s.ranges.take(rel, st.Ino); ok {
+			written, err := s.putRanges(rel, st, spans)
+			if err != nil {
+				s.ranges.forget(rel)
+			}
+			return written, err
+		}
+	}
+	if !isLinked(st) {
+		// Logged from before the copy reads the store: a write the copy
+		// misses is then in the log for the next Put.
+		s.ranges.start(rel, st.Ino, st.Size)
+	}
+	written, err := s.putWhole(rel, st, exists, hst)
+	if err != nil {
+		s.ranges.forget(rel)
+	}
+	return written, err
+}
+
+// putRanges writes the ranges of the store file at rel that the container
+// wrote since the last Put (rangeLog), in place into the host file, then
+// sets its size and attributes as fillHostFile does.
+func (s *Store) putRanges(rel string, st *unix.Stat_t, spans []span) (*unix.Stat_t, error) {
+	src, err := s.local.OpenFile(rel, unix.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	// The size after the log was taken: every write logged before then is
+	// within it (a file shrinks only by a truncate, which the log forgets).
+	var now unix.Stat_t
+	if err := unix.Fstat(int(src.Fd()), &now); err != nil {
+		return nil, err
+	}
+	dst, err := s.host.OpenFile(rel, unix.O_WRONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	fd := int(dst.Fd())
+	var made unix.Stat_t
+	if err := unix.Fstat(fd, &made); err != nil {
+		dst.Close()
+		return nil, err
+	}
+	buf := make([]byte, min(1<<20, spanBytes(spans)))
+	var n int64
+	for _, sp := range spans {
+		for off := sp.off; off < min(sp.end, now.Size); {
+			chunk := buf[:min(int64(len(buf)), min(sp.end, now.Size)-off)]
+			got, err := unix.Pread(int(src.Fd()), chunk, off)
+			if err == nil && got == 0 {
+				break // shorter since: the next Put has what shortened it
+			}
+			if err == nil {
+				_, err = unix.Pwrite(fd, chunk[:got], off)
+			}
+			if err != nil {
+				dst.Close()
+				return nil, err
+			}
+			off += int64(got)
+			n += int64(got)
+		}
+	}
+	s.countWrittenBytes(n)
+	if made.Size != now.Size {
+		if err := unix.Ftruncate(fd, now.Size); err != nil {
+			dst.Close()
+			return nil, err
+		}
+	}
+	return s.finishHostFile(dst, src, rel, st, &made)
+}
+
+// spanBytes is the bytes spans cover (at least 1).
+func spanBytes(spans []span) int64 {
+	var n int64 = 1
+	for _, sp := range spans {
+		n += sp.end - sp.off
+	}
+	return n
+}
+
+// putWhole copies the whole store file at rel to the host (putFile).
+func (s *Store) putWhole(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t) (*unix.Stat_t, error) {
 	src, err := s.local.OpenFile(rel, unix.O_RDONLY, 0)
 	if err != nil {
 		return nil, err
@@ -387,6 +476,15 @@ func (s *Store) fillHostFile(dst, src *os.File, rel string, st *unix.Stat_t) (*u
 		dst.Close()
 		return nil, err
 	}
+	return s.finishHostFile(dst, src, rel, st, &made)
+}
+
+// finishHostFile gives the host file dst, whose content is written, the
+// owner, mode, user xattrs and times of the store file src at rel, and
+// closes it; made is what dst had before (owner, mode: only what differs is
+// set). It returns dst's attributes as fillHostFile does.
+func (s *Store) finishHostFile(dst, src *os.File, rel string, st, made *unix.Stat_t) (*unix.Stat_t, error) {
+	fd := int(dst.Fd())
 	chowned := false
 	if made.Uid != st.Uid || made.Gid != st.Gid {
 		// Best effort, as hostChown: many shares refuse chown.

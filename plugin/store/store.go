@@ -90,7 +90,8 @@ type Store struct {
 	// file system reports a failed write to any close of the file (see
 	// writersFromHost).
 	writersFromHost bool
-	writers         string // how cached writers are served, for Stats
+	writers         string    // how cached writers are served, for Stats
+	ranges          *rangeLog // delegated: what the container wrote to large files since their last Put
 	log             *slog.Logger
 	apply           sync.RWMutex
 	locks           keyedMutex // per-path: populate and fetch happen once
@@ -175,7 +176,7 @@ func Open(cfg Config) (*Store, error) {
 		cfg.PopulatedLog = populatedLogMax
 	}
 	s := &Store{host: cfg.Host, local: local, state: cfg.State, log: cfg.Log, populatedMax: cfg.PopulatedLog,
-		shareWork: cfg.ShareWork}
+		shareWork: cfg.ShareWork, ranges: newRangeLog()}
 	switch {
 	case cfg.ReadOnly:
 		s.writers = "none: the volume is read-only"
