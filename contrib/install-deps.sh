@@ -36,6 +36,9 @@ PACKAGES=(
 BENCH_PACKAGES=(
   rclone             # rclone mount --vfs-cache-mode full
   unison             # two-way sync
+  postgresql         # W5, the import into a database on the mount (Debian may
+                     # make and start its own main cluster; the benchmark uses
+                     # data directories, a socket directory and a port of its own)
 )
 
 check_only=0

@@ -32,7 +32,10 @@ in the same run, median of the repetitions, min and max shown):
   W3 rm        the delete of those files, done at teardown (BENCH.md: deleting
                between runs slows later ext4 creates), timed per run.
   W4 cold/hot  `git status` on a committed copy of the Go tree (lstat storm).
-  W5           (optional, not implemented) SQL import.
+  W5           import of a SQL dump (2,000 committed transactions, so 2,000
+               WAL fsyncs, then a CHECKPOINT) into Debian's PostgreSQL whose
+               data directory is a fresh one on the target; initdb and the
+               server's start and stop are not timed.
 
 Each repetition runs every configuration in turn (interleaved), so drift on
 the shared machine hits them all alike. Plugin RSS and CPU are read from
@@ -50,11 +53,13 @@ import io
 import json
 import os
 import platform
+import pwd
 import random
 import shlex
 import shutil
 import signal
 import socket
+import stat
 import statistics
 import subprocess
 import sys
@@ -699,6 +704,127 @@ class W4(Workload):
         return {"s": dt}
 
 
+W5_TXNS, W5_ROWS = 2000, 10  # committed transactions, rows each
+W5_PORT = 54329  # names the server's socket file only: no TCP (listen_addresses='')
+
+
+def postgres_bin():
+    """The newest PostgreSQL server's bin directory Debian installed, or None."""
+    root = "/usr/lib/postgresql"
+    try:
+        versions = sorted((d for d in os.listdir(root) if d.isdigit()), key=int)
+    except OSError:
+        return None
+    for v in reversed(versions):
+        b = os.path.join(root, v, "bin")
+        if os.access(os.path.join(b, "postgres"), os.X_OK):
+            return b
+    return None
+
+
+class W5(Workload):
+    """A database import on the mount (BENCH.md W5; seeds/003: a SQL dump
+    imported into a database container whose data directory is a bind
+    mount). Each run gets a fresh PostgreSQL data directory on the target
+    (initdb --no-sync, as the postgres user; the target's directory is
+    chowned to it first, through the mount), a server on a private socket
+    directory, the dump through psql and a CHECKPOINT (timed), then the
+    server's stop. Every commit fsyncs the WAL (synchronous_commit on):
+    what the fsync rules (D2) cost per call."""
+    name = "W5"
+    variants = ("",)
+    writes = True
+    remount_share = False
+
+    def prepare(self):
+        b = self.b
+        self.bin = postgres_bin()
+        if self.bin is None:
+            raise BenchError("W5 needs PostgreSQL's server: apt-get install postgresql (contrib/install-deps.sh --bench)")
+        pw = pwd.getpwnam("postgres")
+        self.uid, self.gid = pw.pw_uid, pw.pw_gid
+        self.dump = os.path.join(b.cache, "w5-%dx%d.sql" % (W5_TXNS, W5_ROWS))
+        if not os.path.exists(self.dump):
+            write_w5_dump(self.dump + ".tmp", W5_TXNS, W5_ROWS)
+            os.rename(self.dump + ".tmp", self.dump)
+        os.chmod(self.dump, 0o644)
+        self.sock = os.path.join(b.work, "w5-sock")
+        os.makedirs(self.sock, exist_ok=True)
+        os.chown(self.sock, self.uid, self.gid)
+        os.makedirs(os.path.join(b.H, "w5"))
+        self.expected = {}
+
+    def rel(self, cfg):
+        return "w5/" + cfg
+
+    def prepare_config(self, cfg):
+        os.makedirs(os.path.join(self.b.H, self.rel(cfg)))
+
+    def dname(self, cfg, rep):
+        return "r%d" % rep
+
+    def pg(self, *cmd, timeout=None, capture=False):
+        tool = os.path.join(self.bin, cmd[0])
+        return run(["runuser", "-u", "postgres", "--", tool] + list(cmd[1:]), timeout=timeout or self.b.timeout,
+                   capture=capture)
+
+    def psql(self, *args, capture=False):
+        return self.pg("psql", "-h", self.sock, "-p", str(W5_PORT), "-d", "postgres", "-X", "-q",
+                       "-v", "ON_ERROR_STOP=1", *args, capture=capture)
+
+    def run(self, target, cfg, rep, variant):
+        data = os.path.join(target, self.dname(cfg, rep))
+        os.chown(target, self.uid, self.gid)  # a sync tool's copy is root's
+        self.pg("initdb", "-N", "-A", "trust", "-U", "postgres", "-D", data)
+        opts = "-c listen_addresses= -k %s -p %d -c shared_buffers=32MB -c max_wal_size=1GB" % (self.sock, W5_PORT)
+        log_file = os.path.join(self.sock, "server-%s-r%d.log" % (cfg, rep))
+        self.pg("pg_ctl", "-D", data, "-l", log_file, "-o", opts, "-w", "-t", "120", "start")
+        try:
+            t_import, _ = self.psql("-f", self.dump)
+            t_ckpt, _ = self.psql("-c", "CHECKPOINT")
+            _, out = self.psql("-t", "-A", "-c", "SELECT count(*) FROM items", capture=True)
+            if out.strip() != str(W5_TXNS * W5_ROWS):
+                raise BenchError("the import left %s rows, expected %d" % (out.strip(), W5_TXNS * W5_ROWS))
+        finally:
+            self.pg("pg_ctl", "-D", data, "-m", "fast", "-w", "-t", "300", "stop")
+        # What the host must end up with (for the writeback lag).
+        self.expected[(cfg, rep)] = tree_sizes(data)
+        return {"s": t_import + t_ckpt, "import_s": round(t_import, 3), "checkpoint_s": round(t_ckpt, 3)}
+
+    def landed(self, cfg, rep, variant):
+        want = self.expected.get((cfg, rep))
+        return want is not None and tree_sizes(os.path.join(self.b.H, self.rel(cfg), self.dname(cfg, rep))) == want
+
+
+def write_w5_dump(path, txns, rows):
+    """A SQL dump as pg_dump --inserts would make one, but committed in txns
+    transactions of rows rows each (an application's import: a commit per
+    batch, each a WAL fsync), then an index built."""
+    rnd = random.Random(5)
+    with open(path, "w") as f:
+        f.write("CREATE TABLE items (id integer PRIMARY KEY, name text NOT NULL, body text NOT NULL);\n")
+        for t in range(txns):
+            vals = ",".join("(%d,'item-%d','%s')" % (i, i, "".join(rnd.choice("abcdefghij") for _ in range(200)))
+                            for i in range(t * rows, (t + 1) * rows))
+            f.write("BEGIN;\nINSERT INTO items VALUES %s;\nCOMMIT;\n" % vals)
+        f.write("CREATE INDEX items_name ON items (name);\n")
+
+
+def tree_sizes(top):
+    """{path below top: size} of the regular files beneath top."""
+    out = {}
+    for d, _, files in os.walk(top):
+        for f in files:
+            p = os.path.join(d, f)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                out[os.path.relpath(p, top)] = st.st_size
+    return out
+
+
 # ------------------------------------------------------------------- peers
 
 class Peer:
@@ -1018,8 +1144,10 @@ class Bench:
                 self.workloads.append(w3)
             elif n == "W4":
                 self.workloads.append(W4(self))
+            elif n == "W5":
+                self.workloads.append(W5(self))
             else:
-                raise BenchError("unknown workload %r (W1..W4)" % n)
+                raise BenchError("unknown workload %r (W1..W5)" % n)
         self.w3rm = W3rm(self, w3) if w3 else None
 
         if any(c in PLUGIN_CONFIGS for c in self.configs):
@@ -1393,11 +1521,11 @@ def main(argv=None):
     ap.add_argument("--mutagen", default=MutagenPeer.binary, help="Mutagen binary, the agents' bundle beside it "
                     "(contrib/bench/mutagen.sh builds both)")
     ap.add_argument("--configs", default=None, help="comma-separated, default: all (%s); quick: %s" % (",".join(ALL_CONFIGS), ",".join(CORE_CONFIGS)))
-    ap.add_argument("--workloads", default=None, help="comma-separated, default W1,W2,W3,W4 (quick: W1,W2)")
+    ap.add_argument("--workloads", default=None, help="comma-separated, default W1,W2,W3,W4,W5 (quick: W1,W2)")
     ap.add_argument("--reps", type=int, default=0, help="repetitions (default 3)")
     ap.add_argument("--timeout", type=float, default=0, help="seconds per workload run")
     ap.add_argument("--w2-count", type=int, default=0, help="W2 size in KiB (default 100000, quick 5000)")
-    ap.add_argument("--peer-workloads", default="W1,W2,W3,W4", help="workloads the peers run (default all)")
+    ap.add_argument("--peer-workloads", default="W1,W2,W3,W4,W5", help="workloads the peers run (default all)")
     ap.add_argument("--extras", action="store_true", default=None,
                     help="also the 100k-file source and the exit flush of 100 MB (default: on in a full run)")
     ap.add_argument("--no-extras", dest="extras", action="store_false")
@@ -1416,7 +1544,7 @@ def main(argv=None):
         # the full run
         a.configs = ",".join(CORE_CONFIGS if a.quick else ALL_CONFIGS)
     if a.workloads is None:
-        a.workloads = "W1,W2" if a.quick else "W1,W2,W4,W3"
+        a.workloads = "W1,W2" if a.quick else "W1,W2,W4,W5,W3"
     stem = a.name or ("bench-quick" if a.quick else "bench")
     MutagenPeer.binary = os.path.abspath(a.mutagen)
 

@@ -20,6 +20,7 @@ ROW_HELP = {
     "W3": "untar 20k files in 200 dirs + read all",
     "W3 rm": "delete W3's files (at teardown)",
     "W4": "`git status` on a committed Go tree",
+    "W5": "import of a SQL dump into PostgreSQL, data directory on the mount (2,000 commits, each a WAL fsync, then CHECKPOINT)",
 }
 
 

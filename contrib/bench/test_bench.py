@@ -201,6 +201,42 @@ class ReadOnlyConfigTest(unittest.TestCase):
         self.assertTrue(any("cached-ro: WW not run" in n for n in b.notes), b.notes)
 
 
+class W5Test(unittest.TestCase):
+    def test_the_dump_commits_each_batch(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "dump.sql")
+            bench.write_w5_dump(p, 7, 3)
+            with open(p) as f:
+                sql = f.read()
+        self.assertTrue(sql.startswith("CREATE TABLE items"))
+        self.assertEqual(sql.count("COMMIT;"), 7)
+        self.assertEqual(sql.count("BEGIN;"), 7)
+        self.assertIn("(20,'item-20',", sql)
+        self.assertNotIn("(21,", sql)
+
+    def test_landed_when_the_host_has_every_file_at_its_size(self):
+        with tempfile.TemporaryDirectory() as d:
+            b = bench.Bench.__new__(bench.Bench)
+            b.H = os.path.join(d, "H")
+            w = bench.W5(b)
+            w.expected = {}
+            target = os.path.join(d, "target", "r1")
+            host = os.path.join(b.H, "w5", "delegated", "r1")
+            for top in (target, host):
+                os.makedirs(os.path.join(top, "base"))
+            with open(os.path.join(target, "base", "1"), "w") as f:
+                f.write("12345")
+            self.assertFalse(w.landed("delegated", 1, ""), "nothing expected yet")
+            w.expected[("delegated", 1)] = bench.tree_sizes(target)
+            self.assertFalse(w.landed("delegated", 1, ""))
+            with open(os.path.join(host, "base", "1"), "w") as f:
+                f.write("123")
+            self.assertFalse(w.landed("delegated", 1, ""), "a file not at its size yet")
+            with open(os.path.join(host, "base", "1"), "a") as f:
+                f.write("45")
+            self.assertTrue(w.landed("delegated", 1, ""))
+
+
 FAKE_MUTAGEN = """#!/bin/sh
 # Logs each call (its arguments and the two environment variables the
 # harness sets), acts out the agent install, answers `sync list`.
