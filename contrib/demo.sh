@@ -219,6 +219,18 @@ wait_for() {
 }
 host_has() { [ -f "$1" ] && grep -qF "$2" "$1"; }
 ctr_has() { timeout 10 docker exec "$(ctr "$1")" grep -qF "$3" "/data/$2"; }
+# host_edit_arrives NAME SECONDS: an edit on the host, and the time it took
+# to reach NAME's container (at most SECONDS).
+host_edit_arrives() {
+  local st=$1 limit=$2
+  hostshow "echo 'edited on the host' > $SHARE/$st/from-host.txt"
+  if wait_for "$limit" ctr_has "$st" from-host.txt 'edited on the host'; then
+    inside "$st" 'cat /data/from-host.txt'
+    ok "the host's edit reached the container after $WAITED"
+  else
+    bad "the host's edit did not reach the container within $limit s"; return 1
+  fi
+}
 
 # make_volume_and_container NAME [OPTION...]: a sample folder, a volume of it
 # (state NAME, or the -o options given) and a container using it.
@@ -248,13 +260,7 @@ tour_consistent() {
   hostshow "cat $f/hello.txt"
   host_has "$f/hello.txt" "written in the container" || { bad "the write is not on the host"; return 1; }
   ok "the container's write is on the host at once"
-  hostshow "echo 'edited on the host' > $f/from-host.txt"
-  if wait_for 5 ctr_has consistent from-host.txt 'edited on the host'; then
-    inside consistent 'cat /data/from-host.txt'
-    ok "the host's edit is in the container after $WAITED"
-  else
-    bad "the host's edit did not reach the container"; return 1
-  fi
+  host_edit_arrives consistent 5 || return 1
 }
 
 tour_cached() {
@@ -272,13 +278,7 @@ tour_cached() {
   say "the plugin rescans the folders the container has looked at (every 1 s by"
   say "default, -o rescan=...) and applies changes through the mount, so that"
   say "inotify watchers in the container see them."
-  hostshow "echo 'edited on the host' > $f/from-host.txt"
-  if wait_for 15 ctr_has cached from-host.txt 'edited on the host'; then
-    inside cached 'cat /data/from-host.txt'
-    ok "the host's edit reached the container after $WAITED"
-  else
-    bad "the host's edit did not reach the container within 15 s"; return 1
-  fi
+  host_edit_arrives cached 15 || return 1
 }
 
 tour_delegated() {
@@ -307,13 +307,7 @@ tour_delegated() {
   inside delegated 'mkdir -p /data/out && i=0; while [ $i -lt 300 ]; do echo "object $i" > /data/out/obj$i.o; i=$((i+1)); done' || return 1
   hostshow "ls $f/out 2>/dev/null | wc -l"
   say "A host edit to a path the container has not touched still reaches it (D6):"
-  hostshow "echo 'edited on the host' > $f/from-host.txt"
-  if wait_for 15 ctr_has delegated from-host.txt 'edited on the host'; then
-    inside delegated 'cat /data/from-host.txt'
-    ok "the host's edit reached the container after $WAITED"
-  else
-    bad "the host's edit did not reach the container within 15 s"; return 1
-  fi
+  host_edit_arrives delegated 15 || return 1
   run dk volume inspect --format '{{json .Status}}' "$(vol delegated)"
   say "Stopping the container: the plugin's Unmount writes back what is left, and"
   say "only then does \`docker stop\` return."
@@ -352,13 +346,7 @@ tour_readonly() {
   fi
   [ ! -e "$f/hello.txt" ] || { bad "a write from the container reached the host"; return 1; }
   ok "the write is refused (Read-only file system), and the host is unchanged"
-  hostshow "echo 'edited on the host' > $f/from-host.txt"
-  if wait_for 15 ctr_has readonly from-host.txt 'edited on the host'; then
-    inside readonly 'cat /data/from-host.txt'
-    ok "the host's edit reached the container after $WAITED"
-  else
-    bad "the host's edit did not reach the container within 15 s"; return 1
-  fi
+  host_edit_arrives readonly 15 || return 1
   run dk volume inspect --format '{{json .Status}}' "$(vol readonly)"
 }
 
