@@ -509,6 +509,15 @@ func (s *Store) finishHostFile(dst, src *os.File, rel string, st, made *unix.Sta
 	if unix.Fstat(fd, &now) == nil {
 		done = &now
 	}
+	if s.fsyncs.wanted(rel) {
+		// A container's fsync waits for this Put: durable through this
+		// descriptor, not a second open (fsyncWaits).
+		if err := dst.Sync(); err != nil {
+			dst.Close()
+			return nil, err
+		}
+		s.fsyncs.synced(rel)
+	}
 	if err := dst.Close(); err != nil {
 		return nil, err
 	}

@@ -92,6 +92,7 @@ type Store struct {
 	writersFromHost bool
 	writers         string    // how cached writers are served, for Stats
 	ranges          *rangeLog // delegated: what the container wrote to large files since their last Put
+	fsyncs          fsyncWaits
 	log             *slog.Logger
 	apply           sync.RWMutex
 	locks           keyedMutex // per-path: populate and fetch happen once
@@ -283,10 +284,15 @@ func (s *Store) Sync(ctx context.Context, rels ...string) error {
 		return nil
 	}
 	rels = wholeIfNone(rels)
+	w := s.fsyncs.wait(rels)
+	defer s.fsyncs.done(w)
 	if err := s.queue.Flush(ctx, rels...); err != nil {
 		return err
 	}
 	for _, rel := range rels {
+		if s.fsyncs.isSynced(w, rel) {
+			continue // the Put fsynced what it wrote (fsyncWaits)
+		}
 		if err := s.syncHost(rel); err != nil {
 			return err
 		}

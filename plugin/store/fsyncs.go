@@ -1,0 +1,78 @@
+package store
+
+import "sync"
+
+// fsyncWaits are the container's fsyncs waiting for their paths' Puts
+// (Store.Sync). A Put of a path someone waits on fsyncs the host file it
+// wrote before closing it (finishHostFile), and the fsync is then not made
+// again through a second open of the host file: on a share that open, the
+// fsync and the close were three of a commit's ten or so round trips.
+type fsyncWaits struct {
+	mu      sync.Mutex
+	waiting map[string][]*fsyncWait
+}
+
+// fsyncWait is one Store.Sync: the paths a Put has fsynced for it.
+type fsyncWait struct {
+	rels   []string
+	synced map[string]bool // guarded by fsyncWaits.mu
+}
+
+// wait registers an fsync of rels, to be ended with done.
+func (w *fsyncWaits) wait(rels []string) *fsyncWait {
+	f := &fsyncWait{rels: rels, synced: make(map[string]bool, len(rels))}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.waiting == nil {
+		w.waiting = make(map[string][]*fsyncWait)
+	}
+	for _, rel := range rels {
+		w.waiting[rel] = append(w.waiting[rel], f)
+	}
+	return f
+}
+
+func (w *fsyncWaits) done(f *fsyncWait) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, rel := range f.rels {
+		list := w.waiting[rel]
+		for i, g := range list {
+			if g == f {
+				list = append(list[:i], list[i+1:]...)
+				break
+			}
+		}
+		if len(list) == 0 {
+			delete(w.waiting, rel)
+		} else {
+			w.waiting[rel] = list
+		}
+	}
+}
+
+// wanted reports whether an fsync waits on rel.
+func (w *fsyncWaits) wanted(rel string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.waiting[rel]) > 0
+}
+
+// synced tells every fsync waiting on rel now that the host file at rel
+// was fsynced after the Put's last write to it. One that began waiting
+// after that write has either its data in the Put or its path dirty again,
+// and so a Put of its own still to come.
+func (w *fsyncWaits) synced(rel string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, f := range w.waiting[rel] {
+		f.synced[rel] = true
+	}
+}
+
+// isSynced reports whether a Put fsynced rel for f.
+func (w *fsyncWaits) isSynced(f *fsyncWait, rel string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return f.synced[rel]
+}
