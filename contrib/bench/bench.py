@@ -602,11 +602,15 @@ def small_files_tar(cache, dirs, files, lo, hi):
     return path
 
 
-class W3(Workload):
-    name = "W3"
+class WritesOnce(Workload):
+    """A workload that writes, run once per cycle (no cold and hot)."""
     variants = ("",)
     writes = True
     remount_share = False
+
+
+class W3(WritesOnce):
+    name = "W3"
 
     def prepare(self):
         b = self.b
@@ -722,7 +726,7 @@ def postgres_bin():
     return None
 
 
-class W5(Workload):
+class W5(WritesOnce):
     """A database import on the mount (BENCH.md W5; seeds/003: a SQL dump
     imported into a database container whose data directory is a bind
     mount). Each run gets a fresh PostgreSQL data directory on the target
@@ -732,9 +736,6 @@ class W5(Workload):
     server's stop. Every commit fsyncs the WAL (synchronous_commit on):
     what the fsync rules (D2) cost per call."""
     name = "W5"
-    variants = ("",)
-    writes = True
-    remount_share = False
 
     def prepare(self):
         b = self.b
