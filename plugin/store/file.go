@@ -613,7 +613,7 @@ func (f *File) storeIno() uint64 {
 // itself (FUSE passthrough): the plugin sees none of those writes, so the
 // file's next writeback copies it whole (rangeLog), until Release.
 func (f *File) KernelWrites() {
-	if f.kernelWrites || f.s.ranges == nil {
+	if f.kernelWrites {
 		return
 	}
 	if ino := f.storeIno(); ino != 0 {
