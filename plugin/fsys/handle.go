@@ -129,12 +129,12 @@ func (f *filesystem) newHandle(ctx context.Context, n *node, file *store.File, f
 			return nil, err
 		}
 	}
-	if h.passthrough && write && !h.fromHost {
-		// The kernel writes the store file itself: the store cannot tell
-		// which bytes change, and writes it back whole.
-		file.KernelWrites()
-	}
 	if h.passthrough && write {
+		if !h.fromHost {
+			// The kernel writes the store file itself: the store cannot
+			// tell which bytes change, and writes it back whole.
+			file.KernelWrites()
+		}
 		if err := file.BeginWrite(ctx); err != nil {
 			h.release()
 			return nil, err
