@@ -572,3 +572,58 @@ func TestD2_FsyncOfALargeFileWrittenInPlacesReachesHost(t *testing.T) {
 		f.Close()
 	}
 }
+
+// Rule D2 for fdatasync, as a database commits: each one returns with the
+// content on the host. Its times may come later (fdatasync does not ask
+// for them; the host file keeps the times of the Put's own write meanwhile),
+// and do: once written back, the host file has the container's.
+func TestD2_FdatasyncOfALargeFileReachesHostAndItsTimesFollow(t *testing.T) {
+	r := newRig(t, consistency.Delegated, nil)
+	want := bytes.Repeat([]byte("fedcba9876543210"), 64<<10) // 1 MiB
+	if err := os.WriteFile(r.mntPath("wal"), want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(r.mntPath("wal"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j := range 5 {
+		off := int64(j * 150_001)
+		p := bytes.Repeat([]byte{byte('a' + j)}, 8192)
+		if _, err := f.WriteAt(p, off); err != nil {
+			t.Fatal(err)
+		}
+		copy(want[off:], p)
+		wrote := time.Now()
+		// Far more than the file systems' timestamp granularity: a host
+		// mtime given at the Put's own write is then far from the
+		// container's, which a write before this sleep set.
+		time.Sleep(50 * time.Millisecond)
+		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+			t.Fatalf("fdatasync: %v", err)
+		}
+		if got := readFile(t, r.hostPath("wal")); got != string(want) {
+			t.Fatalf("fdatasync %d: the host file differs from what was written", j)
+		}
+		if j == 0 {
+			continue // the first Put after the WriteFile's copies it whole, times and all
+		}
+		if mt := fileMtime(t, r.hostPath("wal")); !mt.After(wrote.Add(25 * time.Millisecond)) {
+			t.Fatalf("fdatasync %d: the host file has the container's mtime (%v, written by %v): the Put set the times, a round trip more per commit", j, mt, wrote)
+		}
+	}
+	f.Close()
+	r.flush(t)
+	if in, out := fileMtime(t, r.mntPath("wal")), fileMtime(t, r.hostPath("wal")); !in.Equal(out) {
+		t.Fatalf("host mtime %v after the writeback, the container's %v", out, in)
+	}
+}
+
+func fileMtime(t *testing.T, p string) time.Time {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.ModTime()
+}

@@ -262,13 +262,21 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	return uint32(n), 0
 }
 
-// Fsync returns once the file is on the host (rule D2).
+// Fsync returns once the file is on the host (rule D2); for fdatasync,
+// once its content and size are (the times may follow: store.SyncData).
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	h.fs.store.CountOp("fsync")
 	ctx, cancel := waitCtx(ctx)
 	defer cancel()
+	if flags&fsyncDataOnly != 0 {
+		return h.errno(h.file.SyncData(ctx), "fdatasync")
+	}
 	return h.errno(h.file.Sync(ctx), "fsync")
 }
+
+// fsyncDataOnly is FUSE_FSYNC_FDATASYNC, the FSYNC flag of fdatasync(2)
+// (go-fuse has no name for it).
+const fsyncDataOnly = 1
 
 // Release closes the file before it uncounts the handle: a file written
 // from the host has its store copy marked stale in file.Release, and an

@@ -471,6 +471,9 @@ func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall
 	rel := n.path()
 	ctx, cancel := waitCtx(ctx)
 	defer cancel()
+	if flags&fsyncDataOnly != 0 {
+		return n.fs.errno(n.fs.store.SyncData(ctx, rel), "fdatasync", rel)
+	}
 	return n.fs.errno(n.fs.store.Sync(ctx, rel), "fsync", rel)
 }
 

@@ -325,9 +325,21 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 // of them, which the journal lists under that name only: this name is
 // written back anyway, and that carries the file's content, in place, to
 // every host name of it.
-func (f *File) Sync(ctx context.Context) error {
+func (f *File) Sync(ctx context.Context) error { return f.sync(ctx, false) }
+
+// SyncData is Sync for fdatasync(2): the content and size must be on the
+// host, the times may follow (Store.SyncData).
+func (f *File) SyncData(ctx context.Context) error { return f.sync(ctx, true) }
+
+func (f *File) sync(ctx context.Context, dataOnly bool) error {
 	if f.host != nil {
-		if err := f.host.Sync(); err != nil || f.s.queue == nil {
+		var err error
+		if dataOnly {
+			err = unix.Fdatasync(int(f.host.Fd()))
+		} else {
+			err = f.host.Sync()
+		}
+		if err != nil || f.s.queue == nil {
 			return err
 		}
 	}
@@ -342,7 +354,7 @@ func (f *File) Sync(ctx context.Context) error {
 		}
 	}
 	if rels := f.rels(); rels != nil {
-		return f.s.Sync(ctx, rels...)
+		return f.s.sync(ctx, dataOnly, rels)
 	}
 	return nil
 }

@@ -14,13 +14,15 @@ type fsyncWaits struct {
 
 // fsyncWait is one Store.Sync: the paths a Put has fsynced for it.
 type fsyncWait struct {
-	rels   []string
-	synced map[string]bool // guarded by fsyncWaits.mu
+	rels     []string
+	dataOnly bool            // an fdatasync (Store.SyncData): times may follow later
+	synced   map[string]bool // guarded by fsyncWaits.mu
 }
 
-// wait registers an fsync of rels, to be ended with done.
-func (w *fsyncWaits) wait(rels []string) *fsyncWait {
-	f := &fsyncWait{rels: rels, synced: make(map[string]bool, len(rels))}
+// wait registers an fsync of rels (an fdatasync if dataOnly), to be ended
+// with done.
+func (w *fsyncWaits) wait(rels []string, dataOnly bool) *fsyncWait {
+	f := &fsyncWait{rels: rels, dataOnly: dataOnly, synced: make(map[string]bool, len(rels))}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.waiting == nil {
@@ -51,11 +53,18 @@ func (w *fsyncWaits) done(f *fsyncWait) {
 	}
 }
 
-// wanted reports whether an fsync waits on rel.
-func (w *fsyncWaits) wanted(rel string) bool {
+// wanted reports whether an fsync waits on rel, and whether each one
+// waiting is an fdatasync (dataOnly): then the host file's content and size
+// must be durable when the Put returns, but its times need not be there yet.
+func (w *fsyncWaits) wanted(rel string) (want, dataOnly bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.waiting[rel]) > 0
+	list := w.waiting[rel]
+	dataOnly = len(list) > 0
+	for _, f := range list {
+		dataOnly = dataOnly && f.dataOnly
+	}
+	return len(list) > 0, dataOnly
 }
 
 // synced tells every fsync waiting on rel now that the host file at rel

@@ -75,6 +75,8 @@ func (s *Store) putEntry(ctx context.Context, rel string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	held := s.held.take(rel) // what the last Put of rel kept open (heldFiles)
+	defer held.close()       // unless putRanges uses it
 	st, err := s.local.Lstat(rel)
 	if gone(err) {
 		return s.putAbsent(rel)
@@ -115,7 +117,7 @@ func (s *Store) putEntry(ctx context.Context, rel string) error {
 	case unix.S_IFDIR:
 		have, err = s.putDir(ctx, rel, &st, exists, &hst)
 	case unix.S_IFREG:
-		written, err = s.putFile(rel, &st, exists, &hst)
+		written, err = s.putFile(rel, &st, exists, &hst, held)
 	case unix.S_IFLNK:
 		err = s.putSymlink(rel, &st, exists, &hst)
 	default:
@@ -306,7 +308,7 @@ func (s *Store) putDir(ctx context.Context, rel string, st *unix.Stat_t, exists 
 // file. A file with several hard links is rewritten in
 // place to keep the links (isLinked). It returns the host's attributes of
 // the file when it has them without another lookup.
-func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t) (*unix.Stat_t, error) {
+func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t, held *heldFile) (*unix.Stat_t, error) {
 	if exists && s.IsStub(rel) { // a new file has no stub: no xattr lookup
 		s.putAttrs(rel, st, hst) // content never left the host; only attributes changed
 		return nil, nil
@@ -315,7 +317,7 @@ func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat
 		// The host file is what the last Put left (putEntry checked its
 		// base): if the range log knows what changed since, only that goes.
 		if spans, ok := s.ranges.take(rel, st.Ino); ok {
-			written, err := s.putRanges(rel, st, spans)
+			written, err := s.putRanges(rel, st, hst, spans, held)
 			if err != nil {
 				s.ranges.forget(rel)
 			}
@@ -335,9 +337,10 @@ func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat
 }
 
 // putRanges writes the ranges of the store file at rel that the container
-// wrote since the last Put (rangeLog), in place into the host file, then
-// sets its size and attributes as fillHostFile does.
-func (s *Store) putRanges(rel string, st *unix.Stat_t, spans []span) (*unix.Stat_t, error) {
+// wrote since the last Put (rangeLog), in place into the host file hst,
+// then sets its size and attributes as fillHostFile does. It writes through
+// held, the last Put's descriptor, if that is open on hst (heldFiles).
+func (s *Store) putRanges(rel string, st, hst *unix.Stat_t, spans []span, held *heldFile) (*unix.Stat_t, error) {
 	src, err := s.local.OpenFile(rel, unix.O_RDONLY, 0)
 	if err != nil {
 		return nil, err
@@ -349,9 +352,11 @@ func (s *Store) putRanges(rel string, st *unix.Stat_t, spans []span) (*unix.Stat
 	if err := unix.Fstat(int(src.Fd()), &now); err != nil {
 		return nil, err
 	}
-	dst, err := s.host.OpenFile(rel, unix.O_WRONLY, 0)
-	if err != nil {
-		return nil, err
+	dst := held.reuse(hst)
+	if dst == nil {
+		if dst, err = s.host.OpenFile(rel, unix.O_WRONLY, 0); err != nil {
+			return nil, err
+		}
 	}
 	fd := int(dst.Fd())
 	var made unix.Stat_t
@@ -386,7 +391,7 @@ func (s *Store) putRanges(rel string, st *unix.Stat_t, spans []span) (*unix.Stat
 			return nil, err
 		}
 	}
-	return s.finishHostFile(dst, src, rel, st, &made)
+	return s.finishHostFile(dst, src, rel, st, &made, true)
 }
 
 // spanBytes is the bytes spans cover (at least 1).
@@ -476,14 +481,21 @@ func (s *Store) fillHostFile(dst, src *os.File, rel string, st *unix.Stat_t) (*u
 		dst.Close()
 		return nil, err
 	}
-	return s.finishHostFile(dst, src, rel, st, &made)
+	return s.finishHostFile(dst, src, rel, st, &made, false)
 }
 
 // finishHostFile gives the host file dst, whose content is written, the
 // owner, mode, user xattrs and times of the store file src at rel, and
-// closes it; made is what dst had before (owner, mode: only what differs is
-// set). It returns dst's attributes as fillHostFile does.
-func (s *Store) finishHostFile(dst, src *os.File, rel string, st, made *unix.Stat_t) (*unix.Stat_t, error) {
+// closes it, or keeps it open for the next Put of a file written in place
+// for an fsync (heldFiles); made is what dst had before (owner, mode: only
+// what differs is set). It returns dst's attributes as fillHostFile does.
+//
+// A file written in place (inPlace: putRanges) for a container's fdatasync
+// only keeps the host's times for now: the fdatasync asks for the content
+// and size, and setting the times is a round trip more per commit (two on
+// sshfs, which looks the file up again after a setattr). The path is marked
+// dirty again, so a later Put, which no fdatasync waits for, sets them.
+func (s *Store) finishHostFile(dst, src *os.File, rel string, st, made *unix.Stat_t, inPlace bool) (*unix.Stat_t, error) {
 	fd := int(dst.Fd())
 	chowned := false
 	if made.Uid != st.Uid || made.Gid != st.Gid {
@@ -500,26 +512,45 @@ func (s *Store) finishHostFile(dst, src *os.File, rel string, st, made *unix.Sta
 		}
 	}
 	s.putXattrs(fd, src, rel)
-	ts := []unix.Timespec{st.Atim, st.Mtim}
-	if err := futimens(fd, ts); err != nil {
-		s.log.Debug("writeback utimes", "path", rel, "err", err)
+	fsync, dataOnly := s.fsyncs.wanted(rel)
+	timesLater := inPlace && dataOnly && s.queue != nil
+	if !timesLater {
+		ts := []unix.Timespec{st.Atim, st.Mtim}
+		if err := futimens(fd, ts); err != nil {
+			s.log.Debug("writeback utimes", "path", rel, "err", err)
+		}
 	}
+	// The host's attributes, for the base: after the times' setattr the
+	// kernel has them from its reply; without it, a round trip.
 	var done *unix.Stat_t
 	var now unix.Stat_t
 	if unix.Fstat(fd, &now) == nil {
 		done = &now
 	}
-	if s.fsyncs.wanted(rel) {
+	if fsync {
 		// A container's fsync waits for this Put: durable through this
 		// descriptor, not a second open (fsyncWaits).
-		if err := dst.Sync(); err != nil {
+		var err error
+		if dataOnly {
+			err = unix.Fdatasync(fd)
+		} else {
+			err = dst.Sync()
+		}
+		if err != nil {
 			dst.Close()
 			return nil, err
 		}
 		s.fsyncs.synced(rel)
 	}
-	if err := dst.Close(); err != nil {
+	if fsync && inPlace && done != nil {
+		s.held.keep(rel, dst, done.Ino) // for the next commit's Put
+	} else if err := dst.Close(); err != nil {
 		return nil, err
+	}
+	if timesLater {
+		if err := s.queue.MarkDirty(rel); err != nil {
+			return nil, fmt.Errorf("journal %q for its times: %w", rel, err)
+		}
 	}
 	return done, nil
 }

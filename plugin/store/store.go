@@ -93,6 +93,7 @@ type Store struct {
 	writers         string    // how cached writers are served, for Stats
 	ranges          *rangeLog // delegated: what the container wrote to large files since their last Put
 	fsyncs          fsyncWaits
+	held            heldFiles // delegated: host files kept open between a large file's Puts
 	log             *slog.Logger
 	apply           sync.RWMutex
 	locks           keyedMutex // per-path: populate and fetch happen once
@@ -235,6 +236,7 @@ func (s *Store) Close() error {
 	if s.queue != nil {
 		s.queue.Close()
 	}
+	s.held.closeAll()
 	if s.journal != nil {
 		errs = append(errs, s.journal.Close())
 	}
@@ -280,11 +282,25 @@ func wholeIfNone(rels []string) []string {
 // done whether the path was written just now or by the background writeback
 // a while ago.
 func (s *Store) Sync(ctx context.Context, rels ...string) error {
+	return s.sync(ctx, false, rels)
+}
+
+// SyncData is Sync for a container's fdatasync: the content and size of
+// each path are on the host and durable there when it returns, as for
+// Sync, but a file's times may reach the host with a later Put (as
+// fdatasync leaves a file's times to a later flush on a native disk). A
+// database's commit is an fdatasync of its log, and setting the times
+// there is one more share round trip per commit (two on sshfs).
+func (s *Store) SyncData(ctx context.Context, rels ...string) error {
+	return s.sync(ctx, true, rels)
+}
+
+func (s *Store) sync(ctx context.Context, dataOnly bool, rels []string) error {
 	if s.queue == nil {
 		return nil
 	}
 	rels = wholeIfNone(rels)
-	w := s.fsyncs.wait(rels)
+	w := s.fsyncs.wait(rels, dataOnly)
 	defer s.fsyncs.done(w)
 	if err := s.queue.Flush(ctx, rels...); err != nil {
 		return err
@@ -293,7 +309,7 @@ func (s *Store) Sync(ctx context.Context, rels ...string) error {
 		if s.fsyncs.isSynced(w, rel) {
 			continue // the Put fsynced what it wrote (fsyncWaits)
 		}
-		if err := s.syncHost(rel); err != nil {
+		if err := s.syncHost(rel, dataOnly); err != nil {
 			return err
 		}
 	}
@@ -303,7 +319,7 @@ func (s *Store) Sync(ctx context.Context, rels ...string) error {
 // syncHost fsyncs the host's rel. A path that is not there (removed since)
 // or is neither a regular file nor a directory (a symlink, a special file:
 // nothing to fsync through) is left alone.
-func (s *Store) syncHost(rel string) error {
+func (s *Store) syncHost(rel string, dataOnly bool) error {
 	if rel == "" {
 		d, err := s.host.OpenDir("")
 		if err != nil {
@@ -320,7 +336,12 @@ func (s *Store) syncHost(rel string) error {
 		return fmt.Errorf("fsync %q on the host: %w", rel, err)
 	}
 	defer f.Close()
-	if err := f.Sync(); err != nil {
+	if dataOnly {
+		err = unix.Fdatasync(int(f.Fd()))
+	} else {
+		err = f.Sync()
+	}
+	if err != nil {
 		return fmt.Errorf("fsync %q on the host: %w", rel, err)
 	}
 	return nil
