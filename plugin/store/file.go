@@ -333,13 +333,7 @@ func (f *File) SyncData(ctx context.Context) error { return f.sync(ctx, true) }
 
 func (f *File) sync(ctx context.Context, dataOnly bool) error {
 	if f.host != nil {
-		var err error
-		if dataOnly {
-			err = unix.Fdatasync(int(f.host.Fd()))
-		} else {
-			err = f.host.Sync()
-		}
-		if err != nil || f.s.queue == nil {
+		if err := fsyncHost(f.host, f.Rel(), dataOnly); err != nil || f.s.queue == nil {
 			return err
 		}
 	}

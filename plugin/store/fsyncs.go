@@ -1,6 +1,11 @@
 package store
 
-import "sync"
+import (
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
 
 // fsyncWaits are the container's fsyncs waiting for their paths' Puts
 // (Store.Sync). A Put of a path someone waits on fsyncs the host file it
@@ -85,3 +90,22 @@ func (w *fsyncWaits) isSynced(f *fsyncWait, rel string) bool {
 	defer w.mu.Unlock()
 	return f.synced[rel]
 }
+
+// fsyncHost makes what was written to the host file f (at rel) durable on
+// the host: fdatasync for a container's fdatasync (dataOnly), else fsync.
+func fsyncHost(f *os.File, rel string, dataOnly bool) error {
+	var err error
+	if dataOnly {
+		err = unix.Fdatasync(int(f.Fd()))
+	} else {
+		err = f.Sync()
+	}
+	if err == nil && testHookHostFsync != nil {
+		testHookHostFsync(rel, dataOnly)
+	}
+	return err
+}
+
+// testHookHostFsync, if set (by tests), runs after each host fsync or
+// fdatasync that fsyncHost made.
+var testHookHostFsync func(rel string, dataOnly bool)

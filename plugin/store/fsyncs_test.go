@@ -1,6 +1,14 @@
 package store
 
-import "testing"
+import (
+	"context"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
 
 // A Put that fsyncs a path ends the host fsync of every Sync waiting on
 // that path then, and of no other path or later Sync (rule D2: each Sync
@@ -34,4 +42,60 @@ func TestD2_APutsFsyncCountsForTheSyncsWaitingOnItsPath(t *testing.T) {
 func wanted(w *fsyncWaits, rel string) bool {
 	want, _ := w.wanted(rel)
 	return want
+}
+
+// Rule D2: each fsync and fdatasync ends with one of the host's, of the
+// path's host file, whichever way it went (a Put written in place, a Put of
+// a whole file, or nothing to write back and the host file fsynced as it
+// is). Durability itself cannot be seen without a power cut; that the
+// host's fsync was asked for can.
+func TestD2_EachFsyncEndsWithTheHostsFsyncOfThePath(t *testing.T) {
+	ctx := context.Background()
+	type call struct {
+		rel      string
+		dataOnly bool
+	}
+	var mu sync.Mutex
+	var calls []call
+	testHookHostFsync = func(rel string, dataOnly bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, call{rel, dataOnly})
+	}
+	t.Cleanup(func() { testHookHostFsync = nil })
+	expect := func(what string, want call, sync func() error) {
+		t.Helper()
+		mu.Lock()
+		calls = nil
+		mu.Unlock()
+		if err := sync(); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Contains(calls, want) {
+			t.Fatalf("%s: host fsyncs %v, want %v among them", what, calls, want)
+		}
+	}
+
+	r := newLargeFileRig(t)
+	r.write(t, 0, []byte("in place"))
+	expect("fsync of a file written in place", call{"db", false}, func() error { return r.f.Sync(ctx) })
+	r.write(t, 10, []byte("in place"))
+	expect("fdatasync of a file written in place", call{"db", true}, func() error { return r.f.SyncData(ctx) })
+	if err := r.s.Flush(ctx); err != nil { // the times the fdatasync left
+		t.Fatal(err)
+	}
+	expect("fsync with nothing to write back", call{"db", false}, func() error { return r.s.Sync(ctx, "db") })
+
+	me := Owner{Uid: os.Getuid(), Gid: os.Getgid()}
+	f, err := r.s.Create(ctx, "small", unix.O_RDWR, 0o600, me, func() (string, bool) { return "small", true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Release()
+	if _, err := f.WriteAt(ctx, []byte("a new small file"), 0); err != nil {
+		t.Fatal(err)
+	}
+	expect("fdatasync of a new file, written back whole", call{"small", true}, func() error { return f.SyncData(ctx) })
 }

@@ -530,13 +530,7 @@ func (s *Store) finishHostFile(dst, src *os.File, rel string, st, made *unix.Sta
 	if fsync {
 		// A container's fsync waits for this Put: durable through this
 		// descriptor, not a second open (fsyncWaits).
-		var err error
-		if dataOnly {
-			err = unix.Fdatasync(fd)
-		} else {
-			err = dst.Sync()
-		}
-		if err != nil {
+		if err := fsyncHost(dst, rel, dataOnly); err != nil {
 			dst.Close()
 			return nil, err
 		}

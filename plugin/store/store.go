@@ -336,12 +336,7 @@ func (s *Store) syncHost(rel string, dataOnly bool) error {
 		return fmt.Errorf("fsync %q on the host: %w", rel, err)
 	}
 	defer f.Close()
-	if dataOnly {
-		err = unix.Fdatasync(int(f.Fd()))
-	} else {
-		err = f.Sync()
-	}
-	if err != nil {
+	if err := fsyncHost(f, rel, dataOnly); err != nil {
 		return fmt.Errorf("fsync %q on the host: %w", rel, err)
 	}
 	return nil
