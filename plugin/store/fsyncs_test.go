@@ -20,7 +20,7 @@ func TestD2_APutsFsyncCountsForTheSyncsWaitingOnItsPath(t *testing.T) {
 	if !wanted(&w, "x") || !wanted(&w, "y") || wanted(&w, "z") {
 		t.Fatal("wanted does not follow the waits")
 	}
-	w.synced("x")
+	w.synced("x", true)
 	late := w.wait([]string{"x"}, false)
 	if !w.isSynced(a, "x") || !w.isSynced(b, "x") {
 		t.Fatal("a Sync waiting on x was not told of the Put's fsync of x")
@@ -98,4 +98,51 @@ func TestD2_EachFsyncEndsWithTheHostsFsyncOfThePath(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("fdatasync of a new file, written back whole", call{"small", true}, func() error { return f.SyncData(ctx) })
+}
+
+// Rule D2 when an fsync and an fdatasync of one file wait together: a Put
+// that left the times for later ends the fdatasync's wait only; the
+// fsync's needs the times too.
+func TestD2_APutWithoutTheTimesEndsOnlyTheFdatasyncs(t *testing.T) {
+	var w fsyncWaits
+	data := w.wait([]string{"x"}, true)
+	full := w.wait([]string{"x"}, false)
+	if w.synced("x", false) {
+		t.Fatal("every wait ended, though an fsync still needs the times")
+	}
+	if !w.isSynced(data, "x") || w.isSynced(full, "x") {
+		t.Fatal("a Put without the times ended the wrong waits")
+	}
+	if !w.synced("x", true) || !w.isSynced(full, "x") {
+		t.Fatal("a Put with the times did not end the fsync's wait")
+	}
+}
+
+// Rule D2, the race of the two: a plain fsync that begins waiting while a
+// Put written for an fdatasync runs gets the file's times on the host too,
+// from that Put, before it returns.
+func TestD2_AnFsyncThatJoinsAnFdatasyncsPutGetsTheTimes(t *testing.T) {
+	r := newLargeFileRig(t)
+	r.write(t, 0, []byte("joined"))
+	ageStoreFile(t, r.s, "db")
+	var full *fsyncWait
+	testHookHostFsync = func(rel string, dataOnly bool) {
+		if rel == "db" && dataOnly && full == nil {
+			full = r.s.fsyncs.wait([]string{"db"}, false) // the fsync arrives now
+		}
+	}
+	t.Cleanup(func() { testHookHostFsync = nil })
+	if err := r.f.SyncData(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if full == nil {
+		t.Fatal("the Put made no host fdatasync")
+	}
+	defer r.s.fsyncs.done(full)
+	if !r.s.fsyncs.isSynced(full, "db") {
+		t.Fatal("the Put did not end the wait of the fsync that joined it")
+	}
+	if got := hostMtime(t, r.host, "db"); !got.Equal(old) {
+		t.Fatalf("host mtime %v when the joining fsync ends, want the container's %v", got, old)
+	}
 }

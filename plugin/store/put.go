@@ -515,18 +515,11 @@ func (s *Store) finishHostFile(dst, src *os.File, rel string, st, made *unix.Sta
 	fsync, dataOnly := s.fsyncs.wanted(rel)
 	timesLater := inPlace && dataOnly && s.queue != nil
 	if !timesLater {
-		ts := []unix.Timespec{st.Atim, st.Mtim}
-		if err := futimens(fd, ts); err != nil {
-			s.log.Debug("writeback utimes", "path", rel, "err", err)
-		}
+		s.putTimes(fd, rel, st)
 	}
 	// The host's attributes, for the base: after the times' setattr the
 	// kernel has them from its reply; without it, a round trip.
-	var done *unix.Stat_t
-	var now unix.Stat_t
-	if unix.Fstat(fd, &now) == nil {
-		done = &now
-	}
+	done := fstatOf(fd)
 	if fsync {
 		// A container's fsync waits for this Put: durable through this
 		// descriptor, not a second open (fsyncWaits).
@@ -534,7 +527,18 @@ func (s *Store) finishHostFile(dst, src *os.File, rel string, st, made *unix.Sta
 			dst.Close()
 			return nil, err
 		}
-		s.fsyncs.synced(rel)
+		if !s.fsyncs.synced(rel, !timesLater) {
+			// A plain fsync began waiting while this Put wrote for
+			// fdatasyncs: it asks for the times too, and durable.
+			s.putTimes(fd, rel, st)
+			done = fstatOf(fd)
+			if err := fsyncHost(dst, rel, false); err != nil {
+				dst.Close()
+				return nil, err
+			}
+			s.fsyncs.synced(rel, true)
+			timesLater = false
+		}
 	}
 	if fsync && inPlace && done != nil {
 		s.held.keep(rel, dst, done.Ino) // for the next commit's Put
@@ -547,6 +551,23 @@ func (s *Store) finishHostFile(dst, src *os.File, rel string, st, made *unix.Sta
 		}
 	}
 	return done, nil
+}
+
+// putTimes gives the host file fd the store file's access and
+// modification times (st's).
+func (s *Store) putTimes(fd int, rel string, st *unix.Stat_t) {
+	if err := futimens(fd, []unix.Timespec{st.Atim, st.Mtim}); err != nil {
+		s.log.Debug("writeback utimes", "path", rel, "err", err)
+	}
+}
+
+// fstatOf is fd's attributes, or nil if they cannot be read.
+func fstatOf(fd int) *unix.Stat_t {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil {
+		return nil
+	}
+	return &st
 }
 
 // putXattrs copies the user xattrs of the store file src (at rel) onto the
