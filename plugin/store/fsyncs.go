@@ -73,18 +73,19 @@ func (w *fsyncWaits) wanted(rel string) (want, dataOnly bool) {
 }
 
 // synced tells the fsyncs waiting on rel now that the host file at rel
-// was fsynced after the Put's last write to it: each one if the Put set the
-// file's times (withTimes), else only the fdatasyncs. One that began waiting
-// after that write has either its data in the Put or its path dirty again,
-// and so a Put of its own still to come. all reports whether no fsync
-// waiting on rel is left out: a plain fsync that began waiting while a Put
-// for fdatasyncs ran still needs the times.
-func (w *fsyncWaits) synced(rel string, withTimes bool) (all bool) {
+// was fsynced after the Put's last write to it: each one if that was a
+// full fsync after the file's times were set (full), else only the
+// fdatasyncs. One that began waiting after that write has either its data
+// in the Put or its path dirty again, and so a Put of its own still to
+// come. all reports whether no fsync waiting on rel is left out: a plain
+// fsync that began waiting while a Put for fdatasyncs ran still needs the
+// times, durable.
+func (w *fsyncWaits) synced(rel string, full bool) (all bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	all = true
 	for _, f := range w.waiting[rel] {
-		if withTimes || f.dataOnly {
+		if full || f.dataOnly {
 			f.synced[rel] = true
 		} else {
 			all = false

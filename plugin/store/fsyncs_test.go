@@ -106,7 +106,13 @@ func TestD2_EachFsyncEndsWithTheHostsFsyncOfThePath(t *testing.T) {
 func TestD2_APutWithoutTheTimesEndsOnlyTheFdatasyncs(t *testing.T) {
 	var w fsyncWaits
 	data := w.wait([]string{"x"}, true)
+	if want, dataOnly := w.wanted("x"); !want || !dataOnly {
+		t.Fatalf("an fdatasync alone: wanted = %v, %v; want true, true", want, dataOnly)
+	}
 	full := w.wait([]string{"x"}, false)
+	if want, dataOnly := w.wanted("x"); !want || dataOnly {
+		t.Fatalf("an fsync beside the fdatasync: wanted = %v, %v; want true, false (the times too)", want, dataOnly)
+	}
 	if w.synced("x", false) {
 		t.Fatal("every wait ended, though an fsync still needs the times")
 	}

@@ -513,39 +513,38 @@ func (s *Store) finishHostFile(dst, src *os.File, rel string, st, made *unix.Sta
 	}
 	s.putXattrs(fd, src, rel)
 	fsync, dataOnly := s.fsyncs.wanted(rel)
-	timesLater := inPlace && dataOnly && s.queue != nil
-	if !timesLater {
-		s.putTimes(fd, rel, st)
-	}
-	// The host's attributes, for the base: after the times' setattr the
-	// kernel has them from its reply; without it, a round trip.
-	done := fstatOf(fd)
-	if fsync {
+	withTimes := !(inPlace && dataOnly)
+	dataSync := dataOnly // what the fsyncs waiting now ask for
+	var done *unix.Stat_t
+	for {
+		if withTimes {
+			s.putTimes(fd, rel, st)
+		}
+		// The host's attributes, for the base: after the times' setattr
+		// the kernel has them from its reply; without it, a round trip.
+		done = fstatOf(fd)
+		if !fsync {
+			break
+		}
 		// A container's fsync waits for this Put: durable through this
 		// descriptor, not a second open (fsyncWaits).
-		if err := fsyncHost(dst, rel, dataOnly); err != nil {
+		if err := fsyncHost(dst, rel, dataSync); err != nil {
 			dst.Close()
 			return nil, err
 		}
-		if !s.fsyncs.synced(rel, !timesLater) {
-			// A plain fsync began waiting while this Put wrote for
-			// fdatasyncs: it asks for the times too, and durable.
-			s.putTimes(fd, rel, st)
-			done = fstatOf(fd)
-			if err := fsyncHost(dst, rel, false); err != nil {
-				dst.Close()
-				return nil, err
-			}
-			s.fsyncs.synced(rel, true)
-			timesLater = false
+		if s.fsyncs.synced(rel, !dataSync) {
+			break
 		}
+		// A plain fsync began waiting while this Put wrote for
+		// fdatasyncs: it asks for the times too, and durable.
+		withTimes, dataSync = true, false
 	}
 	if fsync && inPlace && done != nil {
 		s.held.keep(rel, dst, done.Ino) // for the next commit's Put
 	} else if err := dst.Close(); err != nil {
 		return nil, err
 	}
-	if timesLater {
+	if !withTimes { // an fdatasync waited: only a delegated store has a queue to wait on
 		if err := s.queue.MarkDirty(rel); err != nil {
 			return nil, fmt.Errorf("journal %q for its times: %w", rel, err)
 		}
