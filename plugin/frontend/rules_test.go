@@ -583,10 +583,15 @@ func TestD2_FdatasyncOfALargeFileReachesHostAndItsTimesFollow(t *testing.T) {
 	if err := os.WriteFile(r.mntPath("wal"), want, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The kernel sends that writer's RELEASE without waiting for it; while
+	// the plugin has not had it, the file has a passthrough writer, whose
+	// writes it cannot see, and every writeback copies it whole.
+	waitFor(t, "the WriteFile's release", func() bool { return r.front.Status().Ops["release"] >= 1 })
 	f, err := os.OpenFile(r.mntPath("wal"), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer f.Close() // also when the test fails: an open file keeps the mount busy
 	for j := range 5 {
 		off := int64(j * 150_001)
 		p := bytes.Repeat([]byte{byte('a' + j)}, 8192)
