@@ -135,9 +135,14 @@ func governCPUs(fixed bool) (shareWork func(), stop func(), desc string) {
 	if n == 1 {
 		return nil, func() {}, "1"
 	}
-	g := cpus.New(n, cpus.DefaultQuiet, runtime.GOMAXPROCS)
+	g := cpus.New(n, cpus.DefaultQuiet, setMaxProcs)
 	return g.ShareWork, g.Stop, fmt.Sprintf("1, %d during share work", n)
 }
+
+// setMaxProcs is what a Governor sets GOMAXPROCS with. A test records
+// through it: sampling runtime.GOMAXPROCS on a timer misses a raise when a
+// loaded machine runs the sampler late.
+var setMaxProcs = runtime.GOMAXPROCS
 
 // startControl serves the control API on path. A failure is logged, not
 // returned: volumes keep being served without it.
