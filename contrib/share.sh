@@ -70,10 +70,24 @@ port_in_use() { # port_in_use PORT
 		/proc/net/tcp /proc/net/tcp6 2>/dev/null
 }
 
+# pick_port: a free port outside the kernel's ephemeral range. While the
+# sshd is stopped (stop-sshd), its port must stay free for start-sshd, yet
+# every outgoing connection takes a port from that range, sshfs's own
+# reconnect attempts to this very port included (a connect to a free local
+# port in the range can even connect to itself); a port in the range was
+# taken that way in CI, and start-sshd then failed.
 pick_port() {
-	local p i
+	local p i lo hi base span
+	read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || { lo=32768 hi=60999; }
+	if ((lo > 11024)); then
+		base=10000 span=$((lo - 10000)) # below the range
+	elif ((hi < 64511)); then
+		base=$((hi + 1)) span=$((65535 - hi)) # above it
+	else
+		base=1024 span=64511 # the range is nearly everything: take what is free
+	fi
 	for i in $(seq 200); do
-		p=$((20000 + RANDOM % 40000))
+		p=$((base + (RANDOM * 32768 + RANDOM) % span))
 		port_in_use "$p" || { echo "$p"; return; }
 	done
 	die "no free port found"
@@ -167,7 +181,7 @@ start_sshd() { # start_sshd STATE: start (or restart) our sshd, on the saved por
 		done
 		# did not come up: most likely the port was taken between pick and bind
 		pid=$(sshd_pid "$s") && kill "$pid" 2>/dev/null || true
-		[[ -n ${keep_port:-} ]] && die "sshd did not start on port $port; see $s/sshd.log"
+		[[ -n ${keep_port:-} ]] && die "sshd did not start on port $port; $s/sshd.log ends: $(tail -n 5 "$s/sshd.log" 2>/dev/null)"
 		rm -f "$s/port"
 	done
 	die "sshd did not start; see $s/sshd.log"
