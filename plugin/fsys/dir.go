@@ -55,7 +55,7 @@ func (d *dirHandle) load() syscall.Errno {
 	}
 	d.list = make([]fuse.DirEntry, 0, len(entries))
 	for _, e := range entries {
-		d.list = append(d.list, fuse.DirEntry{Name: e.Name, Mode: e.Stat.Mode, Ino: e.Stat.Ino})
+		d.list = append(d.list, fuse.DirEntry{Name: e.Name, Mode: e.Type, Ino: e.Ino})
 	}
 	d.loaded = true
 	return 0

@@ -2,6 +2,7 @@ package hostpath
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -357,8 +358,9 @@ func TestEscapesRefused(t *testing.T) {
 func ops(r *Root, other string) map[string]func(rel string) error {
 	buf := make([]byte, 256)
 	return map[string]func(string) error{
-		"Lstat":   func(rel string) error { _, err := r.Lstat(rel); return err },
-		"ReadDir": func(rel string) error { _, err := r.ReadDir(rel); return err },
+		"Lstat":        func(rel string) error { _, err := r.Lstat(rel); return err },
+		"ReadDir":      func(rel string) error { _, err := r.ReadDir(rel); return err },
+		"ReadDirTypes": func(rel string) error { _, err := r.ReadDirTypes(rel); return err },
 		"OpenFile": func(rel string) error {
 			f, err := r.OpenFile(rel, unix.O_RDWR|unix.O_CREAT, 0o666)
 			if err == nil {
@@ -545,6 +547,119 @@ func TestReadDir(t *testing.T) {
 	}
 	if !slices.IsSortedFunc(ents, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) }) {
 		t.Error("big dir not sorted")
+	}
+}
+
+// ReadDirTypes gives what ReadDir gives of each entry but its lstat: the
+// name, the inode number and the type, sorted by name, from getdents alone.
+func TestReadDirTypes(t *testing.T) {
+	f := newFixture(t)
+	long := strings.Repeat("x", 255)
+	names := []string{"b", "a", "c.d", "new\nline", "\xff\xfeinvalid", long, ".hidden", "dir", "link", "fifo"}
+	mustMkdir(t, f.p("sub"))
+	for _, n := range names {
+		switch n {
+		case "dir":
+			mustMkdir(t, f.p("sub/dir"))
+		case "link":
+			mustSymlink(t, "/", f.p("sub/link"))
+		case "fifo":
+			mustNil(t, unix.Mkfifo(f.p("sub/fifo"), 0o600))
+		default:
+			mustWrite(t, f.p("sub/"+n), n)
+		}
+	}
+	ents, err := f.r.ReadDirTypes("sub")
+	mustNil(t, err)
+	var got []string
+	for _, e := range ents {
+		got = append(got, e.Name)
+		var want unix.Stat_t
+		mustNil(t, unix.Lstat(f.p("sub/"+e.Name), &want))
+		if e.Ino != want.Ino || e.Type != want.Mode&unix.S_IFMT {
+			t.Errorf("%q: ino %d type %o, want %d %o", e.Name, e.Ino, e.Type, want.Ino, want.Mode&unix.S_IFMT)
+		}
+	}
+	want := slices.Clone(names)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("ReadDirTypes = %q\nwant %q", got, want)
+	}
+
+	ents, err = f.r.ReadDirTypes("sub/dir")
+	if err != nil || len(ents) != 0 {
+		t.Errorf("empty dir: %v, %v", ents, err)
+	}
+	_, err = f.r.ReadDirTypes("sub/b")
+	wantErrno(t, err, unix.ENOTDIR, f.p("sub/b"))
+	_, err = f.r.ReadDirTypes("sub/link") // never followed
+	wantErrno(t, err, unix.ENOTDIR, f.p("sub/link"))
+	_, err = f.r.ReadDirTypes("missing")
+	wantErrno(t, err, unix.ENOENT, f.p("missing"))
+
+	// A big directory takes more than one getdents buffer.
+	mustMkdir(t, f.p("big"))
+	for i := range 3000 {
+		mustWrite(t, f.p("big/"+strings.Repeat("n", 40)+itoa(i)), "")
+	}
+	ents, err = f.r.ReadDirTypes("big")
+	if err != nil || len(ents) != 3000 {
+		t.Fatalf("big dir: %d entries, %v", len(ents), err)
+	}
+	if !slices.IsSortedFunc(ents, func(a, b DirEntry) int { return strings.Compare(a.Name, b.Name) }) {
+		t.Error("big dir not sorted")
+	}
+	for _, e := range ents {
+		if e.Type != unix.S_IFREG || e.Ino == 0 {
+			t.Fatalf("big dir entry %+v", e)
+		}
+	}
+}
+
+// An entry a file system lists without a type (DT_UNKNOWN) gets it, and its
+// inode number, from an lstat; one gone by then is left out.
+func TestReadDirTypesStatsEntriesWithoutAType(t *testing.T) {
+	f := newFixture(t)
+	mustMkdir(t, f.p("d"))
+	mustMkdir(t, f.p("d/sub"))
+	mustWrite(t, f.p("d/file"), "x")
+	mustSymlink(t, "/", f.p("d/link"))
+	fd, err := unix.Open(f.p("d"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	mustNil(t, err)
+	defer unix.Close(fd)
+	got, failed, err := statUntyped(fd, []DirEntry{{Name: "file"}, {Name: "gone"}, {Name: "sub"}, {Name: "link", Ino: 7, Type: unix.S_IFIFO}})
+	if err != nil {
+		t.Fatalf("statUntyped: %s: %v", failed, err)
+	}
+	var fileSt, subSt unix.Stat_t
+	mustNil(t, unix.Lstat(f.p("d/file"), &fileSt))
+	mustNil(t, unix.Lstat(f.p("d/sub"), &subSt))
+	want := []DirEntry{{"file", fileSt.Ino, unix.S_IFREG}, {"sub", subSt.Ino, unix.S_IFDIR}, {"link", 7, unix.S_IFIFO}}
+	if !slices.Equal(got, want) {
+		t.Errorf("statUntyped = %+v\nwant %+v (a typed entry is left as given)", got, want)
+	}
+
+	// The records as getdents writes them: "." and ".." left out, and
+	// DT_UNKNOWN as no type.
+	var buf []byte
+	rec := func(ino uint64, typ byte, name string) {
+		n := (19 + len(name) + 1 + 7) &^ 7
+		r := make([]byte, n)
+		binary.NativeEndian.PutUint64(r[0:], ino)
+		binary.NativeEndian.PutUint16(r[16:], uint16(n))
+		r[18] = typ
+		copy(r[19:], name)
+		buf = append(buf, r...)
+	}
+	rec(1, unix.DT_DIR, ".")
+	rec(2, unix.DT_DIR, "..")
+	rec(3, unix.DT_REG, "f")
+	rec(4, unix.DT_UNKNOWN, "u")
+	rec(5, unix.DT_LNK, "a-longer-name")
+	ents := appendDirents(nil, buf)
+	wantEnts := []DirEntry{{"f", 3, unix.S_IFREG}, {"u", 4, 0}, {"a-longer-name", 5, unix.S_IFLNK}}
+	if !slices.Equal(ents, wantEnts) {
+		t.Errorf("appendDirents = %+v\nwant %+v", ents, wantEnts)
 	}
 }
 

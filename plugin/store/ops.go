@@ -225,16 +225,17 @@ func (s *Store) Lstat(rel string) (unix.Stat_t, error) { return s.local.Lstat(re
 // sees of a file the kernel writes on the host (File.ServeFromHost).
 func (s *Store) HostLstat(rel string) (unix.Stat_t, error) { return s.host.Lstat(rel) }
 
-// ReadDir lists dir as the container sees it.
-func (s *Store) ReadDir(dir string) ([]hostpath.Entry, error) {
+// ReadDir lists dir as the container sees it: names, inode numbers and
+// types (a READDIRPLUS looks each entry up for its attributes anyway).
+func (s *Store) ReadDir(dir string) ([]hostpath.DirEntry, error) {
 	if err := s.EnsurePopulated(dir); err != nil {
 		return nil, err
 	}
-	entries, err := s.local.ReadDir(dir)
+	entries, err := s.local.ReadDirTypes(dir)
 	if err == nil {
 		var subdirs []string
 		for _, e := range entries {
-			if e.Stat.Mode&unix.S_IFMT == unix.S_IFDIR {
+			if e.Type == unix.S_IFDIR {
 				subdirs = append(subdirs, e.Name)
 			}
 		}
