@@ -4,8 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -61,6 +65,7 @@ func (s *Store) EnsurePopulated(dir string) error {
 	// so that a write through one is seen through the others, as on the
 	// host. Links across directories are not looked for.
 	linked := make(map[uint64]string)
+	born := birthIn(d.Fd(), &before)
 	for i := range entries {
 		child := join(dir, entries[i].Name)
 		st := &entries[i].Stat
@@ -75,7 +80,7 @@ func (s *Store) EnsurePopulated(dir string) error {
 		}
 		// An entry already in the store (made by the container, or by an
 		// earlier populate cut short) is kept: EEXIST.
-		if err := s.adoptIn(d, entries[i].Name, st); err != nil {
+		if err := s.adoptIn(d, entries[i].Name, st, born); err != nil {
 			if errors.Is(err, unix.EEXIST) {
 				continue
 			}
@@ -135,25 +140,38 @@ func (s *Store) PopulatedSince(n int) (dirs []string, next int, complete bool) {
 // its attributes through its own descriptor (no path lookups, which were
 // most of a populate's work); a symlink or special file goes the path-based
 // way (adoptNode).
-func (s *Store) adoptIn(d *hostpath.Dir, name string, st *unix.Stat_t) error {
+func (s *Store) adoptIn(d *hostpath.Dir, name string, st *unix.Stat_t, born *birth) error {
 	rel := join(d.Rel(), name)
+	// Made with its permission bits and owner where creating it gives
+	// them (born): a chmod and a chown fewer for most entries of a tree.
+	perm := uint32(0o600)
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		perm = 0o700
+	}
+	setMode, setOwner := true, true
+	if born.keeps(st.Mode) {
+		perm, setMode = st.Mode&0o777, false
+	}
+	if born.owns(st) {
+		setOwner = false
+	}
 	var fd int
 	var err error
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
-		if fd, err = d.Create(name, 0o600); err != nil {
+		if fd, err = d.Create(name, perm); err != nil {
 			return err
 		}
 		err = stubFd(fd, st.Size)
 	case unix.S_IFDIR:
-		if fd, err = d.Mkdir(name, 0o700); err != nil {
+		if fd, err = d.Mkdir(name, perm); err != nil {
 			return err
 		}
 	default:
 		return s.adoptNode(rel, st)
 	}
 	if err == nil {
-		err = copyAttrsFd(fd, st)
+		err = setAttrsFd(fd, st, setOwner, setMode)
 	}
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
@@ -165,28 +183,97 @@ func (s *Store) adoptIn(d *hostpath.Dir, name string, st *unix.Stat_t) error {
 	return nil
 }
 
+// birth is what an entry created in one store directory gets from its
+// creation alone: the permission bits it asks for less the umask, and, where
+// owned, the plugin's owner. nil: not known, so every attribute is set.
+type birth struct {
+	umask uint32
+	owned bool // entries are born the plugin's (pluginUID, pluginGID)
+}
+
+// birthIn says what entries created in the open store directory dir (whose
+// attributes are st) are born with, or nil where their mode depends on more
+// than the umask: a default ACL, or a set-group-ID directory (which passes
+// the bit on to subdirectories). Their group is the plugin's only where the
+// directory's is too: a file system mounted with grpid gives new entries the
+// directory's group.
+func birthIn(dir int, st *unix.Stat_t) *birth {
+	umask, ok := processUmask()
+	if !ok || st.Mode&unix.S_ISGID != 0 {
+		return nil
+	}
+	if _, err := unix.Fgetxattr(dir, "system.posix_acl_default", nil); !errors.Is(err, unix.ENODATA) {
+		return nil // an ACL, or no way to tell
+	}
+	return &birth{umask: umask, owned: st.Gid == pluginGID}
+}
+
+// The owner the plugin's creates get (a syscall each to ask).
+var pluginUID, pluginGID = uint32(os.Geteuid()), uint32(os.Getegid())
+
+// keeps reports whether an entry created with mode's permission bits keeps
+// them all: no set-ID or sticky bit (those need a chmod after the chown),
+// nothing the umask clears. Not bits that would keep a plugin that is not
+// root from setting the entry's xattrs before its mode.
+func (b *birth) keeps(mode uint32) bool {
+	return b != nil && mode&0o7000 == 0 && mode&0o777&b.umask == 0 && (pluginUID == 0 || mode&0o200 != 0)
+}
+
+// owns reports whether a created entry already has st's owner.
+func (b *birth) owns(st *unix.Stat_t) bool {
+	return b != nil && b.owned && st.Uid == pluginUID && st.Gid == pluginGID
+}
+
+var umaskOnce = sync.OnceValues(readUmask)
+
+// processUmask is the plugin's umask, read once (nothing in the plugin
+// changes it), and whether it could be read.
+func processUmask() (uint32, bool) { return umaskOnce() }
+
+// readUmask reads the umask from /proc/self/status: umask(2) can only read
+// it by setting it, which would race with creates in other goroutines.
+func readUmask() (uint32, bool) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+			m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32)
+			return uint32(m), err == nil
+		}
+	}
+	return 0, false
+}
+
 // stubFd makes the open store file fd a stub of a host file of size bytes:
 // marked first (a crash between the steps leaves a stub, fetched again,
 // never a copy taken for the host's), then given the size. An empty file
-// needs no fetch: its empty copy is the content. copyAttrsFd gives it the
-// rest.
+// needs no fetch: its empty copy is the content, and the file was created
+// empty. setAttrsFd gives it the rest.
 func stubFd(fd int, size int64) error {
-	if size > 0 {
-		if err := unix.Fsetxattr(fd, xattrStub, []byte("1"), 0); err != nil {
-			return err
-		}
+	if size == 0 {
+		return nil
+	}
+	if err := unix.Fsetxattr(fd, xattrStub, []byte("1"), 0); err != nil {
+		return err
 	}
 	return unix.Ftruncate(fd, size)
 }
 
-// copyAttrsFd is copyAttrs through an open regular file or directory.
-func copyAttrsFd(fd int, st *unix.Stat_t) error {
-	if err := unix.Fchown(fd, int(st.Uid), int(st.Gid)); err != nil {
-		return err
+// setAttrsFd gives the open regular file or directory fd st's times and
+// base, and its owner and mode where asked to.
+func setAttrsFd(fd int, st *unix.Stat_t, owner, mode bool) error {
+	if owner {
+		if err := unix.Fchown(fd, int(st.Uid), int(st.Gid)); err != nil {
+			return err
+		}
 	}
 	// After chown, which clears set-id bits.
-	if err := unix.Fchmod(fd, st.Mode&07777); err != nil {
-		return err
+	if mode {
+		if err := unix.Fchmod(fd, st.Mode&07777); err != nil {
+			return err
+		}
 	}
 	if err := futimens(fd, []unix.Timespec{st.Atim, st.Mtim}); err != nil {
 		return err
@@ -201,7 +288,7 @@ func (s *Store) adopt(rel string, st *unix.Stat_t) error {
 		return err
 	}
 	defer d.Close()
-	return s.adoptIn(d, path.Base(rel), st)
+	return s.adoptIn(d, path.Base(rel), st, nil)
 }
 
 // adoptNode is adoptIn for a symlink (its target read from the host) or a
