@@ -376,51 +376,71 @@ func (r *Root) openDir(rel string) (int, error) {
 
 // readNames lists the names in the open directory fd (without "." and "..").
 func readNames(fd int) ([]string, error) {
+	entries, err := readDirents(fd)
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name
+	}
+	return names, err
+}
+
+// readDirents lists the entries of the open directory fd (without "." and
+// ".."), as getdents gives them.
+func readDirents(fd int) ([]DirEntry, error) {
 	bp := direntBufs.Get().(*[]byte)
 	defer direntBufs.Put(bp)
 	buf := *bp
-	var names []string
+	var entries []DirEntry
 	for {
 		n, err := unix.Getdents(fd, buf)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			return names, err
+			return entries, err
 		}
 		if n <= 0 {
-			return names, nil
+			return entries, nil
 		}
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+		entries = appendDirents(entries, buf[:n])
 	}
+}
+
+// listing opens directory rel and reads its entries (readDirents). The
+// caller closes fd; c is rel cleaned, for its errors.
+func (r *Root) listing(rel string) (c string, fd int, entries []DirEntry, err error) {
+	c, ok := cleanRel(rel)
+	if !ok {
+		return "", -1, nil, r.pathErr("readdir", rel, ErrEscape)
+	}
+	if fd, err = r.openDir(c); err != nil {
+		return "", -1, nil, r.pathErr("readdir", c, err)
+	}
+	if entries, err = readDirents(fd); err != nil {
+		unix.Close(fd)
+		return "", -1, nil, r.pathErr("readdir", c, err)
+	}
+	return c, fd, entries, nil
 }
 
 // ReadDir lists rel with an lstat of each entry, sorted by name. An entry
 // that disappears between the listing and its lstat is left out.
 func (r *Root) ReadDir(rel string) ([]Entry, error) {
-	c, ok := cleanRel(rel)
-	if !ok {
-		return nil, r.pathErr("readdir", rel, ErrEscape)
-	}
-	fd, err := r.openDir(c)
+	c, fd, names, err := r.listing(rel)
 	if err != nil {
-		return nil, r.pathErr("readdir", c, err)
+		return nil, err
 	}
 	defer unix.Close(fd)
-	names, err := readNames(fd)
-	if err != nil {
-		return nil, r.pathErr("readdir", c, err)
-	}
 	entries := make([]Entry, 0, len(names))
-	for _, name := range names {
-		entries = append(entries, Entry{Name: name})
+	for _, n := range names {
+		entries = append(entries, Entry{Name: n.Name})
 		e := &entries[len(entries)-1]
-		if err := unix.Fstatat(fd, name, &e.Stat, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err := unix.Fstatat(fd, n.Name, &e.Stat, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			entries = entries[:len(entries)-1]
 			if err == unix.ENOENT {
 				continue
 			}
-			return nil, r.pathErr("lstat", joinRel(c, name), err)
+			return nil, r.pathErr("lstat", joinRel(c, n.Name), err)
 		}
 	}
 	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
@@ -440,32 +460,11 @@ type DirEntry struct {
 // entry by entry paid twice). An entry whose file system gives no type
 // (DT_UNKNOWN) is lstat'ed; one that disappears in between is left out.
 func (r *Root) ReadDirTypes(rel string) ([]DirEntry, error) {
-	c, ok := cleanRel(rel)
-	if !ok {
-		return nil, r.pathErr("readdir", rel, ErrEscape)
-	}
-	fd, err := r.openDir(c)
+	c, fd, entries, err := r.listing(rel)
 	if err != nil {
-		return nil, r.pathErr("readdir", c, err)
+		return nil, err
 	}
 	defer unix.Close(fd)
-	var entries []DirEntry
-	bp := direntBufs.Get().(*[]byte)
-	defer direntBufs.Put(bp)
-	buf := *bp
-	for {
-		n, err := unix.Getdents(fd, buf)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return nil, r.pathErr("readdir", c, err)
-		}
-		if n <= 0 {
-			break
-		}
-		entries = appendDirents(entries, buf[:n])
-	}
 	entries, failed, err := statUntyped(fd, entries)
 	if err != nil {
 		return nil, r.pathErr("lstat", joinRel(c, failed), err)
@@ -527,26 +526,9 @@ func appendDirents(entries []DirEntry, buf []byte) []DirEntry {
 	return entries
 }
 
-// direntType is the S_IFMT bits of a d_type, or 0 for DT_UNKNOWN.
-func direntType(t byte) uint32 {
-	switch t {
-	case unix.DT_REG:
-		return unix.S_IFREG
-	case unix.DT_DIR:
-		return unix.S_IFDIR
-	case unix.DT_LNK:
-		return unix.S_IFLNK
-	case unix.DT_FIFO:
-		return unix.S_IFIFO
-	case unix.DT_SOCK:
-		return unix.S_IFSOCK
-	case unix.DT_CHR:
-		return unix.S_IFCHR
-	case unix.DT_BLK:
-		return unix.S_IFBLK
-	}
-	return 0
-}
+// direntType is the S_IFMT bits of a d_type, or 0 for DT_UNKNOWN: Linux's
+// d_type is those bits shifted down (fs_umode_to_dtype).
+func direntType(t byte) uint32 { return uint32(t) << 12 }
 
 // joinRel joins a clean rel and a name.
 func joinRel(dir, name string) string {
