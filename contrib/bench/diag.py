@@ -10,6 +10,11 @@ Uses the tree bench.py prepared in WORK/H (run `make bench-quick` or
 can run beside a bench (whose timings it then disturbs). Prints a table and
 writes WORK/diag/<state>-<workload>.json. Timings here are inflated by the
 debug log and strace: use them for counts, not speed.
+
+--strace can stall a run for good (seen once in five W4 runs): the
+refresher looks at the host through the plugin's own mount, so a plugin
+thread waits on a request that other plugin threads serve, and strace held
+those stopped (`ptrace_stop`). `kill -9` the strace and the run goes on.
 """
 
 import argparse
