@@ -606,6 +606,37 @@ func TestReadDirTypes(t *testing.T) {
 	}
 }
 
+// ReadDirTypes does not lstat an entry getdents typed: seen at a mount
+// point, where getdents gives the inode of the directory beneath the mount
+// and lstat that of the mounted root.
+func TestReadDirTypesDoesNotStatTypedEntries(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	f := newFixture(t)
+	mustMkdir(t, f.p("d"))
+	mustMkdir(t, f.p("d/mnt"))
+	var beneath unix.Stat_t
+	mustNil(t, unix.Lstat(f.p("d/mnt"), &beneath))
+	if err := unix.Mount("tmpfs", f.p("d/mnt"), "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("no tmpfs mount here: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(f.p("d/mnt"), unix.MNT_DETACH) })
+	var mounted unix.Stat_t
+	mustNil(t, unix.Lstat(f.p("d/mnt"), &mounted))
+	if mounted.Ino == beneath.Ino {
+		t.Skip("the mounted root has the same inode number as the directory beneath")
+	}
+	ents, err := f.r.ReadDirTypes("d")
+	mustNil(t, err)
+	if len(ents) != 1 || ents[0].Name != "mnt" || ents[0].Type != unix.S_IFDIR {
+		t.Fatalf("ReadDirTypes = %+v", ents)
+	}
+	if ents[0].Ino != beneath.Ino {
+		t.Errorf("inode %d: that of an lstat (%d), not getdents' (%d): the entry was stat'ed", ents[0].Ino, mounted.Ino, beneath.Ino)
+	}
+}
+
 // An entry a file system lists without a type (DT_UNKNOWN) gets it, and its
 // inode number, from an lstat; one gone by then is left out.
 func TestReadDirTypesStatsEntriesWithoutAType(t *testing.T) {
