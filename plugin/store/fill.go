@@ -171,6 +171,9 @@ func (s *Store) adoptIn(d *hostpath.Dir, name string, st *unix.Stat_t, born *bir
 		return s.adoptNode(rel, st)
 	}
 	if err == nil {
+		if testHookAdopt != nil {
+			testHookAdopt(rel, setOwner, setMode)
+		}
 		err = setAttrsFd(fd, st, setOwner, setMode)
 	}
 	if cerr := unix.Close(fd); err == nil {
@@ -182,6 +185,10 @@ func (s *Store) adoptIn(d *hostpath.Dir, name string, st *unix.Stat_t, born *bir
 	}
 	return nil
 }
+
+// testHookAdopt, if set (by tests), is told which attributes adoptIn sets
+// after creating rel (a regular file or a directory).
+var testHookAdopt func(rel string, setOwner, setMode bool)
 
 // birth is what an entry created in one store directory gets from its
 // creation alone: the permission bits it asks for less the umask, and, where
