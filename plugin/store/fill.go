@@ -162,7 +162,9 @@ func (s *Store) adoptIn(d *hostpath.Dir, name string, st *unix.Stat_t, born *bir
 		if fd, err = d.Create(name, perm); err != nil {
 			return err
 		}
-		err = stubFd(fd, st.Size)
+		if st.Size > 0 { // created empty: an empty file is its own content
+			err = stubFd(fd, st.Size)
+		}
 	case unix.S_IFDIR:
 		if fd, err = d.Mkdir(name, perm); err != nil {
 			return err
@@ -256,14 +258,15 @@ func readUmask() (uint32, bool) {
 // stubFd makes the open store file fd a stub of a host file of size bytes:
 // marked first (a crash between the steps leaves a stub, fetched again,
 // never a copy taken for the host's), then given the size. An empty file
-// needs no fetch: its empty copy is the content, and the file was created
-// empty. setAttrsFd gives it the rest.
+// needs no fetch: its empty copy is the content, so it is only truncated.
+// The truncate is what empties a copy that had content (File.restub); a
+// file just created empty needs no call at all (adoptIn). setAttrsFd gives
+// it the rest.
 func stubFd(fd int, size int64) error {
-	if size == 0 {
-		return nil
-	}
-	if err := unix.Fsetxattr(fd, xattrStub, []byte("1"), 0); err != nil {
-		return err
+	if size > 0 {
+		if err := unix.Fsetxattr(fd, xattrStub, []byte("1"), 0); err != nil {
+			return err
+		}
 	}
 	return unix.Ftruncate(fd, size)
 }

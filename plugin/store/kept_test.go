@@ -159,6 +159,55 @@ func TestC3_AFileKeptBeforeAHostWriterIsNotReadAfterIt(t *testing.T) {
 	k2.Drop()
 }
 
+// Rules C2, C3: a cached writer served from the host file whose host file
+// ends up empty (truncated on the host while the container had it open)
+// leaves an empty store copy at its release, not the content the copy had
+// before. The copy takes the host's size, times and base there, so nothing
+// would ever fetch it again: a copy left whole with the old content would
+// be read for good. (Broken once: restub relied on stubFd to give the copy
+// its size, and stubFd skipped an empty file, since a populate creates
+// one empty anyway.)
+func TestC3_AHostWriterLeavingTheFileEmptyLeavesAnEmptyStoreCopy(t *testing.T) {
+	r := newKeptRig(t, consistency.Cached, "old content")
+	if !r.s.ServesFromHost() {
+		t.Skip("the test folder's file system is not one cached writers are served from the host on")
+	}
+	f1, k := r.keepFirst(t)
+	if got := readAll(t, f1); got != "old content" {
+		t.Fatalf("first read %q", got)
+	}
+	f1.Release()
+	defer k.Drop()
+
+	w, err := r.s.Open(context.Background(), "f", unix.O_WRONLY, relF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.ServeFromHost(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(r.host, "f"), 0); err != nil {
+		t.Fatal(err)
+	}
+	w.Release()
+
+	f2, k2 := r.open(t, k)
+	defer f2.Release()
+	if got := readAll(t, f2); got != "" {
+		t.Fatalf("read %q after the host file was emptied under a host writer, want nothing", got)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(f2.Fd(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Size != 0 {
+		t.Errorf("store copy has %d bytes, want 0 (the host file's size)", st.Size)
+	}
+	if k2 != nil {
+		k2.Drop()
+	}
+}
+
 // A file is kept only for the node it is: an open that found another store
 // inode at the path (changed under the kernel's entry) keeps nothing for
 // the node. Nor is an open with flags that change how it reads.
