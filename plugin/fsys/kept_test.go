@@ -59,6 +59,42 @@ func TestC3_AReadAfterAHostWriterReadsItsWritesNotAKeptCopy(t *testing.T) {
 	}
 }
 
+// Rules C2, C3, through a mount: a file the host empties while a container
+// writer served from the host file has it open reads empty after the
+// writer's close, not as the store copy was before. (With the copy left
+// as it was, read "old content" for good: its base was the host's.)
+func TestC3_AFileTheHostEmptiesUnderAHostWriterReadsEmptyAfterIt(t *testing.T) {
+	st := newOneFileStore(t, consistency.Cached, "old content")
+	if !st.ServesFromHost() {
+		t.Skip("the test folder's file system is not one cached writers are served from the host on")
+	}
+	m := mountStore(t, st)
+	mnt := filepath.Join(m.Mountpoint(), "f")
+	if b, err := os.ReadFile(mnt); err != nil || string(b) != "old content" {
+		t.Fatalf("first read: %q %v", b, err)
+	}
+	if !waitReleases(t, st, 1) {
+		t.FailNow()
+	}
+	w, err := os.OpenFile(mnt, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(st.Host().Path(), "f"), 0); err != nil {
+		w.Close()
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitReleases(t, st, 2) {
+		t.FailNow()
+	}
+	if b, err := os.ReadFile(mnt); err != nil || len(b) != 0 {
+		t.Fatalf("read after the writer: %q %v, want nothing (the host file is empty)", b, err)
+	}
+}
+
 // A file removed in the container has its kept store file closed (its
 // node forgotten), so its space is freed as on a native file system. Three
 // reads leave one file kept, not one per open. (That the next open is
