@@ -3,13 +3,18 @@
 FUSE_DEBUG=true and counts the FUSE requests per opcode for each run (cold,
 hot), and optionally `strace -c -f` of the plugin and of the workload.
 
-  diag.py [--state cached] [--workload W1|W2|W3|W4] [--quick] [--strace] [--hot-runs N]
+  diag.py [--state cached] [--workload W1|W2|W3|W4] [--quick] [--strace] [--strace-share] [--hot-runs N]
 
 Uses the tree bench.py prepared in WORK/H (run `make bench-quick` or
 `make bench` once first); mounts its own share of it at WORK/S-diag, so it
 can run beside a bench (whose timings it then disturbs). Prints a table and
 writes WORK/diag/<state>-<workload>.json. Timings here are inflated by the
 debug log and strace: use them for counts, not speed.
+
+--strace-share counts the syscalls of the share's sftp session (sshd's
+internal-sftp: one syscall or a few per SFTP request) in each run: which
+host round trips a state adds to the share's own (run it with --state
+consistent for the share's). It does not slow the plugin.
 
 --strace can stall a run for good (seen once in five W4 runs): the
 refresher looks at the host through the plugin's own mount, so a plugin
@@ -41,8 +46,9 @@ def count_ops(path, start):
     return c
 
 
-def strace_summary(path):
-    """The top rows of an strace -c summary: (calls, seconds, syscall)."""
+def strace_summary(path, by="seconds"):
+    """The top rows of an strace -c summary (calls, seconds, syscall), the
+    largest first by seconds or by calls."""
     rows = []
     try:
         with open(path) as f:
@@ -55,7 +61,36 @@ def strace_summary(path):
                         pass
     except OSError:
         pass
-    return sorted(rows, key=lambda r: -r["seconds"])[:12]
+    return sorted(rows, key=lambda r: -r[by])[:12]
+
+
+def sftp_session(share):
+    """The pid of the sftp session of share's private sshd (a descendant of
+    the listener whose title names internal-sftp)."""
+    out = bench.run(["bash", share.script, "env", share.mp], capture=True)[1]
+    env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    listener = env.get("SHARE_SSHD_PID", "").strip("'")
+    if not listener:
+        raise bench.BenchError("no sshd for the share at %s" % share.mp)
+    children = collections.defaultdict(list)
+    for d in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                ppid = f.read().rsplit(")", 1)[1].split()[1]
+            children[ppid].append(d)
+        except (OSError, IndexError):
+            continue
+    todo = list(children[listener])
+    while todo:
+        pid = todo.pop()
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                if b"internal-sftp" in f.read():
+                    return pid
+        except OSError:
+            pass
+        todo.extend(children[pid])
+    raise bench.BenchError("no sftp session under sshd %s" % listener)
 
 
 def main():
@@ -64,6 +99,8 @@ def main():
     ap.add_argument("--workload", default="W1")
     ap.add_argument("--quick", action="store_true", help="the W2 size of bench-quick")
     ap.add_argument("--strace", action="store_true", help="strace -c -f the plugin and the workload (no FUSE debug)")
+    ap.add_argument("--strace-share", action="store_true",
+                    help="strace -c -f the share's sftp session in each run (the host round trips)")
     ap.add_argument("--perf", action="store_true", help="perf record -g the plugin during the hot run (no FUSE debug); "
                     "writes WORK/p/<run>/perf-hot.txt")
     ap.add_argument("--hot-runs", type=int, default=1,
@@ -86,6 +123,10 @@ def main():
     elif a.workload == "W3":
         w.tar = bench.small_files_tar(b.cache, bench.W3_DIRS, bench.W3_FILES, 100, 4000)
         os.makedirs(os.path.join(b.H, "w3", "diag"), exist_ok=True)
+        # What an earlier diag run unpacked (W3 unpacks into a new
+        # directory of each run's number).
+        for label in range(9, 9 + 1 + a.hot_runs):
+            bench.shutil.rmtree(os.path.join(b.H, "w3", "diag", w.dname("diag", label)), ignore_errors=True)
     elif a.workload == "W4":
         w.pristine = os.path.join(b.cache, "w4-pristine")
         if not os.path.isdir(os.path.join(b.H, "w4", "diag")):
@@ -106,8 +147,8 @@ def main():
         try:
             vol = "diag"
             target, _ = p.volume(vol, os.path.join(b.S, w.rel("diag")), a.state)
-            runs = ["cold", "hot"] + ["hot%d" % i for i in range(2, a.hot_runs + 1)]
-            for label in runs:
+            runs = ["cold"] + (["hot"] if a.hot_runs >= 1 else []) + ["hot%d" % i for i in range(2, a.hot_runs + 1)]
+            for i, label in enumerate(runs):
                 v = "cold" if label == "cold" else "hot"
                 if v == "cold":
                     bench.drop_caches()
@@ -119,6 +160,12 @@ def main():
                                           stderr=subprocess.DEVNULL)
                     straces.append(sp)
                     time.sleep(0.5)
+                sst = None
+                if a.strace_share:
+                    ssp = os.path.join(p.dir, "strace-share-%s.txt" % label)
+                    sst = subprocess.Popen(["strace", "-c", "-f", "-o", ssp, "-p", sftp_session(share)],
+                                           stderr=subprocess.DEVNULL)
+                    time.sleep(0.5)
                 pf = None
                 if a.perf and label == "hot":
                     pdata = os.path.join(p.dir, "perf-hot.data")
@@ -126,10 +173,13 @@ def main():
                                           stderr=subprocess.DEVNULL)
                     time.sleep(0.5)
                 with bench.Sampler(p.pid) as s:
-                    res = w.run(target, "diag", 9, v)
-                if st:
-                    st.terminate()
-                    st.wait()
+                    # A workload that writes once (W3) unpacks into a new
+                    # directory each run.
+                    res = w.run(target, "diag", 9 + i if isinstance(w, bench.WritesOnce) else 9, v)
+                for tracer in (st, sst):
+                    if tracer:
+                        tracer.terminate()
+                        tracer.wait()
                 if pf:
                     pf.send_signal(2)
                     pf.wait()
@@ -143,9 +193,14 @@ def main():
                      "fuse_ops_total": sum(ops.values())}
                 if a.strace:
                     r["strace_plugin"] = strace_summary(straces[-1])
+                if a.strace_share:
+                    r["strace_share"] = strace_summary(ssp, by="calls")
                 out["runs"][label] = r
                 print("%s %s %s: %.2f s, %d FUSE requests: %s" % (a.state, a.workload, label, res["s"], sum(ops.values()),
                                                                ", ".join("%s %d" % kv for kv in ops.most_common(10))))
+                if a.strace_share:
+                    print("  share's sftp session syscalls (top by calls):",
+                          ", ".join("%s %d" % (x["syscall"], x["calls"]) for x in r["strace_share"][:10]))
                 if a.strace:
                     print("  plugin syscalls (top by time):", ", ".join("%s %d calls %.2fs" % (x["syscall"], x["calls"], x["seconds"])
                                                                       for x in r["strace_plugin"][:8]))
@@ -172,7 +227,8 @@ def main():
         share.down()
     d = os.path.join(b.work, "diag")
     os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, "%s-%s%s.json" % (a.state, a.workload, "-strace" if a.strace else ""))
+    path = os.path.join(d, "%s-%s%s%s.json" % (a.state, a.workload, "-strace" if a.strace else "",
+                                              "-share" if a.strace_share else ""))
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
     print("wrote", path)
