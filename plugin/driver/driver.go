@@ -264,9 +264,13 @@ func describe(v *volume) string {
 	return fmt.Sprintf("source=%s state=%s rescan=%v", v.opts.Source, v.opts.State, v.opts.Rescan)
 }
 
-// Remove deletes volume name (never the data of its source). It is refused
-// while the volume is mounted. Removing an unknown volume is not an error.
+// Remove deletes volume name (never the data of its source). Removing an
+// unknown volume is not an error. A mount still counted is ended first
+// (endLostUnmounts); a mount in progress refuses it.
 func (d *Driver) Remove(ctx context.Context, name string) error {
+	if err := d.endLostUnmounts(ctx, name); err != nil {
+		return err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	v := d.vols[name]
@@ -290,6 +294,43 @@ func (d *Driver) Remove(ctx context.Context, name string) error {
 	}
 	d.volLog(v).Info("volume removed")
 	return nil
+}
+
+// endLostUnmounts ends the mounts still counted for volume name when Docker
+// removes it, as their Unmounts would have: what they wrote is written back
+// (an error is returned, and the volume stays, if that fails; the changes
+// stay journaled and are retried), and the front closes with the key's last
+// mount.
+//
+// Docker asks a driver to remove a volume only once no container refers to
+// it (it keeps its own references across daemon restarts and refuses
+// `docker volume rm` before asking), so every mount counted then is one
+// whose Unmount never arrived. That happens: the engine resends a plugin
+// request whose connection broke with an empty body (moby/moby#39331), so
+// an Unmount that reached a plugin killed before it recorded the Unmount
+// (releasing, which the next start ends) comes to the restarted plugin
+// with no volume or ID in it, and fails. Without this the volume would
+// stay "in use" for good.
+func (d *Driver) endLostUnmounts(ctx context.Context, name string) error {
+	d.mu.Lock()
+	v := d.vols[name]
+	if v == nil || len(v.ids) == 0 || v.pending > 0 {
+		d.mu.Unlock()
+		return nil // nothing to end, or a mount in progress: Remove says so
+	}
+	ids := maps.Clone(v.ids)
+	log := d.volLog(v)
+	d.mu.Unlock()
+	log.Warn("removing a volume Docker no longer uses: ending the mounts whose Unmount never arrived (the plugin restarted during it)",
+		"ids", slices.Sorted(maps.Keys(ids)))
+	var errs []error
+	for id, n := range ids {
+		for range n {
+			errs = append(errs, d.unmount(ctx, name, id))
+		}
+	}
+	d.applyFloors(ctx)
+	return errors.Join(errs...)
 }
 
 // dropKeyLocked forgets key once no volume names it. Nobody can be waiting

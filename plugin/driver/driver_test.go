@@ -392,29 +392,54 @@ func TestConsistentNeverFlushWaits(t *testing.T) {
 	}
 }
 
-func TestRemoveInUse(t *testing.T) {
+// Rule D4: Docker removes a volume only once no container refers to it, so
+// a mount the plugin still counts then is one whose Unmount never arrived
+// (moby/moby#39331: a request resent after a plugin restart has an empty
+// body). Remove ends it as the Unmount would have: written back first, the
+// front closed with the last one. If the writeback fails the volume stays,
+// and the next Remove (the mounts ended) removes it. A mount in progress
+// still refuses it.
+func TestD4_RemoveEndsMountsWhoseUnmountNeverArrived(t *testing.T) {
 	op := newFakeOpener()
 	d := newTestDriver(t, t.TempDir(), op)
-	mustCreate(t, d, "v", map[string]string{"source": "/data/p"})
+	mustCreate(t, d, "v", map[string]string{"source": "/data/p", "state": "delegated"})
 	mustMount(t, d, "v", "c1")
 	mustMount(t, d, "v", "c2")
-	err := d.Remove(t.Context(), "v")
-	if KindOf(err) != KindInUse || !strings.Contains(err.Error(), `volume "v" is in use by 2 mounts`) {
-		t.Fatalf("Remove in use: %v", err)
-	}
-	mustUnmount(t, d, "v", "c1")
-	mustUnmount(t, d, "v", "c2")
+	k := key("/data/p", "delegated")
 	if err := d.Remove(t.Context(), "v"); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Remove of a volume Docker no longer uses: %v", err)
+	}
+	if n := op.count("flush " + k); n != 2 {
+		t.Errorf("%d writebacks before the removal, want 2 (one per mount ended)", n)
+	}
+	if op.count("close "+k) != 1 {
+		t.Errorf("front not closed: %v", op.log())
 	}
 	if _, err := d.Get(t.Context(), "v"); KindOf(err) != KindNotFound {
-		t.Fatal("still there")
+		t.Fatalf("Get after Remove: %v", err)
 	}
-	if err := d.Remove(t.Context(), "v"); err != nil {
-		t.Fatalf("second Remove: %v", err)
+
+	mustCreate(t, d, "w", map[string]string{"source": "/data/q", "state": "delegated"})
+	mustMount(t, d, "w", "c3")
+	op.mu.Lock()
+	op.flush = func(ctx context.Context, key string) error { return errors.New("not written back: /data/q/x") }
+	op.mu.Unlock()
+	if err := d.Remove(t.Context(), "w"); err == nil || !strings.Contains(err.Error(), "/data/q/x") {
+		t.Fatalf("Remove with a failed writeback: %v, want its error", err)
 	}
-	if len(d.keys) != 0 {
-		t.Fatalf("keys left behind: %v", d.keys)
+	if _, err := d.Get(t.Context(), "w"); err != nil {
+		t.Fatalf("the volume went with a failed writeback: %v", err)
+	}
+	if err := d.Remove(t.Context(), "w"); err != nil {
+		t.Fatalf("Remove once its mounts are ended: %v", err)
+	}
+
+	mustCreate(t, d, "x", map[string]string{"source": "/data/r"})
+	d.mu.Lock()
+	d.vols["x"].pending++ // a Mount in progress
+	d.mu.Unlock()
+	if err := d.Remove(t.Context(), "x"); KindOf(err) != KindInUse || !strings.Contains(err.Error(), "a mount is in progress") {
+		t.Fatalf("Remove during a Mount: %v", err)
 	}
 }
 
@@ -695,12 +720,12 @@ func TestStateFileInvalidVolume(t *testing.T) {
 	if _, err := d.Mount(t.Context(), "old", "c1"); !IsInvalid(err) || !strings.Contains(err.Error(), "remove it and create it again") {
 		t.Fatalf("Mount: %v", err)
 	}
-	if err := d.Remove(t.Context(), "old"); KindOf(err) != KindInUse {
-		t.Fatalf("Remove with an id: %v", err)
-	}
-	mustUnmount(t, d, "old", "c9")
+	// Its mount ID is ended with it (Docker no longer uses it).
 	if err := d.Remove(t.Context(), "old"); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := d.Get(t.Context(), "old"); KindOf(err) != KindNotFound {
+		t.Fatalf("Get after Remove: %v", err)
 	}
 }
 
@@ -815,8 +840,8 @@ func TestRestartEndsAnUnmountCutShort(t *testing.T) {
 		if err := d2.Remove(t.Context(), "dlg"); err != nil {
 			t.Fatalf("remove after an Unmount cut short (%s): %v", state, err)
 		}
-		if err := d2.Remove(t.Context(), "two"); KindOf(err) != KindInUse {
-			t.Fatalf("remove of a volume still mounted by c2: %v", err)
+		if info, err := d2.Get(t.Context(), "two"); err != nil || info.Status["mounts"] != 1 {
+			t.Fatalf("the mount c2 still has: %+v %v, want 1", info, err)
 		}
 	}
 }
