@@ -11,7 +11,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -140,6 +142,7 @@ func (m *Mount) Unmount() error {
 	go func() { m.server.Wait(); close(done) }()
 	select {
 	case <-done:
+		m.root.fs.releaseLeftover()
 		return nil
 	case <-time.After(detachedWait):
 		return &os.PathError{Op: "unmount", Path: m.mountpoint,
@@ -201,10 +204,47 @@ type filesystem struct {
 	fromHost     map[uint64]int
 	fromHostOpen atomic.Int64
 
+	// open holds the handles the kernel has not released yet. An unmount
+	// drops the requests the server has not read, a RELEASE among them (the
+	// kernel sends it after close returns), so one can still be here when
+	// the server stops: Unmount releases it then (releaseLeftover), or what
+	// a release does (a cached host writer's copy made a stub, a delegated
+	// writer's journal hold ended) would never happen.
+	openMu sync.Mutex
+	open   map[*handle]struct{}
+
 	// contentGen counts the changes to files' content made other than
 	// through a handle open for writing; see prefill.
 	contentMu  sync.RWMutex
 	contentGen uint64
+}
+
+// track counts h open until untrack.
+func (f *filesystem) track(h *handle) {
+	f.openMu.Lock()
+	if f.open == nil {
+		f.open = make(map[*handle]struct{})
+	}
+	f.open[h] = struct{}{}
+	f.openMu.Unlock()
+}
+
+func (f *filesystem) untrack(h *handle) {
+	f.openMu.Lock()
+	delete(f.open, h)
+	f.openMu.Unlock()
+}
+
+// releaseLeftover releases the handles whose RELEASE never came, once the
+// server has stopped (no request can come any more).
+func (f *filesystem) releaseLeftover() {
+	f.openMu.Lock()
+	left := slices.Collect(maps.Keys(f.open))
+	f.openMu.Unlock()
+	for _, h := range left {
+		f.log.Info("releasing a file whose RELEASE the unmount dropped", "path", h.file.Rel())
+		h.Release(context.Background())
+	}
 }
 
 // countFromHost adds d to the handles served from the host for store

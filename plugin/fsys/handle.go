@@ -120,6 +120,7 @@ func (f *filesystem) newHandle(ctx context.Context, n *node, file *store.File, f
 		n.writeOpens++
 	}
 	n.opensMu.Unlock()
+	f.track(h)
 	if !h.passthrough && ((write && fromHost) || n.hostReleases.Load() != hostReleases) {
 		// Served from the store copy after all: a writer's writes go to
 		// it too, and a reader may have found it whole just before a
@@ -155,8 +156,13 @@ func (f *filesystem) newHandle(ctx context.Context, n *node, file *store.File, f
 	return h, nil
 }
 
-// release uncounts the handle on its node.
+// testHookDropRelease, if set (by tests) and true, drops a RELEASE, as an
+// unmount drops one the server has not read yet.
+var testHookDropRelease func() bool
+
+// release uncounts the handle on its node, and as open.
 func (h *handle) release() {
+	h.fs.untrack(h)
 	h.node.opensMu.Lock()
 	if h.fromHost {
 		h.fs.countFromHost(h.node.StableAttr().Ino, -1)
@@ -282,6 +288,9 @@ const fsyncDataOnly = 1
 // from the host has its store copy marked stale in file.Release, and an
 // open that no longer joins this one (the counts at zero) must find it so.
 func (h *handle) Release(ctx context.Context) syscall.Errno {
+	if testHookDropRelease != nil && testHookDropRelease() {
+		return 0 // as if the RELEASE never came
+	}
 	err := h.file.Release()
 	if h.fromHost {
 		h.node.hostReleases.Add(1) // before the uncount: see newHandle
