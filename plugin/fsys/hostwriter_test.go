@@ -28,12 +28,7 @@ func TestC3_AnOpenRacingAHostWritersReleaseReadsItsWrites(t *testing.T) {
 	mnt := filepath.Join(m.Mountpoint(), "f")
 
 	// The store copy is whole, and no open is counted any more.
-	if b, err := os.ReadFile(mnt); err != nil || string(b) != "old content" {
-		t.Fatalf("first read: %q %v", b, err)
-	}
-	if !waitReleases(t, st, 1) {
-		t.FailNow()
-	}
+	readReleased(t, st, mnt, "old content")
 	w, err := os.OpenFile(mnt, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -23,28 +23,31 @@ func waitKept(t *testing.T, st *store.Store, want int64) {
 	}
 }
 
+// newReadCachedMount mounts a cached store of one file, f ("old content"),
+// where a writer is served from the host file, and reads f through the
+// mount (so its store copy is whole) until the read is released: a writer
+// opening while the reader is still counted would join the reader's store
+// copy instead of the host file. It returns the store and f's path in the
+// mount.
+func newReadCachedMount(t *testing.T) (*store.Store, string) {
+	t.Helper()
+	st := newOneFileStore(t, consistency.Cached, "old content")
+	if !st.ServesFromHost() {
+		t.Skip("the test folder's file system is not one cached writers are served from the host on")
+	}
+	mnt := filepath.Join(mountStore(t, st).Mountpoint(), "f")
+	readReleased(t, st, mnt, "old content")
+	return st, mnt
+}
+
 // Rule C3 through the mount: a file read (and so kept open by its node),
 // then written by a cached writer served from the host file, reads what
 // the writer wrote: its next open does not read the kept store copy, which
 // the writer's release left a stub. Without the store's stub generation
 // the prefill of that open stored the stub's "old content" and zeros.
 func TestC3_AReadAfterAHostWriterReadsItsWritesNotAKeptCopy(t *testing.T) {
-	st := newOneFileStore(t, consistency.Cached, "old content")
-	if !st.ServesFromHost() {
-		t.Skip("the test folder's file system is not one cached writers are served from the host on")
-	}
-	m := mountStore(t, st)
-	mnt := filepath.Join(m.Mountpoint(), "f")
-	if b, err := os.ReadFile(mnt); err != nil || string(b) != "old content" {
-		t.Fatalf("first read: %q %v", b, err)
-	}
+	st, mnt := newReadCachedMount(t)
 	waitKept(t, st, 1)
-	// The reader's RELEASE comes after its close, in the kernel's own
-	// time; a writer opening while it is still open would join the
-	// reader's store copy instead of the host file.
-	if !waitReleases(t, st, 1) {
-		t.FailNow()
-	}
 	const want = "NEW content and more"
 	if err := os.WriteFile(mnt, []byte(want), 0o644); err != nil {
 		t.Fatal(err)
@@ -65,18 +68,7 @@ func TestC3_AReadAfterAHostWriterReadsItsWritesNotAKeptCopy(t *testing.T) {
 // writer's close, not as the store copy was before. (With the copy left
 // as it was, read "old content" for good: its base was the host's.)
 func TestC3_AFileTheHostEmptiesUnderAHostWriterReadsEmptyAfterIt(t *testing.T) {
-	st := newOneFileStore(t, consistency.Cached, "old content")
-	if !st.ServesFromHost() {
-		t.Skip("the test folder's file system is not one cached writers are served from the host on")
-	}
-	m := mountStore(t, st)
-	mnt := filepath.Join(m.Mountpoint(), "f")
-	if b, err := os.ReadFile(mnt); err != nil || string(b) != "old content" {
-		t.Fatalf("first read: %q %v", b, err)
-	}
-	if !waitReleases(t, st, 1) {
-		t.FailNow()
-	}
+	st, mnt := newReadCachedMount(t)
 	w, err := os.OpenFile(mnt, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)

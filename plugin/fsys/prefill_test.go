@@ -95,6 +95,19 @@ func waitReleases(t *testing.T, st *store.Store, want int64) bool {
 	return true
 }
 
+// readReleased reads the file at mnt, which must hold want, and waits
+// for the read's RELEASE (the 1st of st): an open made while it is still
+// counted joins the reader's store copy.
+func readReleased(t *testing.T, st *store.Store, mnt, want string) {
+	t.Helper()
+	if b, err := os.ReadFile(mnt); err != nil || string(b) != want {
+		t.Fatalf("first read: %q %v", b, err)
+	}
+	if !waitReleases(t, st, 1) {
+		t.FailNow()
+	}
+}
+
 func (r *prefillRig) ops(kind string) int64 { return r.st.Stats().Ops[kind] }
 
 func (r *prefillRig) read(t *testing.T) string {

@@ -116,32 +116,44 @@ func TestKeptFileSeesWritesInPlace(t *testing.T) {
 	}
 }
 
+// newHostWriterRig is a cached store whose file f (content) was read whole
+// and is kept (k), now open by a writer served from the host file (w), as
+// the kernel's passthrough open makes it. It skips where the test folder's
+// file system is not one cached writers are served from the host on.
+func newHostWriterRig(t *testing.T, content string) (*keptRig, *Kept, *File) {
+	t.Helper()
+	r := newKeptRig(t, consistency.Cached, content)
+	if !r.s.ServesFromHost() {
+		t.Skip("the test folder's file system is not one cached writers are served from the host on")
+	}
+	f1, k := r.keepFirst(t)
+	if got := readAll(t, f1); got != content {
+		t.Fatalf("first read %q", got)
+	}
+	f1.Release()
+	w, err := r.s.Open(context.Background(), "f", unix.O_WRONLY, relF)
+	if err != nil {
+		k.Drop()
+		t.Fatal(err)
+	}
+	if !w.HostPassthrough() {
+		k.Drop()
+		t.Fatal("the writer may not be served from the host file")
+	}
+	if err := w.ServeFromHost(); err != nil {
+		k.Drop()
+		t.Fatal(err)
+	}
+	return r, k, w
+}
+
 // Rule C3: a cached writer served from the host file leaves the store copy
 // a stub at its release (restub), in place. A file kept before must not
 // serve the next open: it would read the stub, not what the writer wrote.
 // Without the stub generation: "read \"old\\x00\"".
 func TestC3_AFileKeptBeforeAHostWriterIsNotReadAfterIt(t *testing.T) {
-	r := newKeptRig(t, consistency.Cached, "old")
-	if !r.s.ServesFromHost() {
-		t.Skip("the test folder's file system is not one cached writers are served from the host on")
-	}
-	f1, k := r.keepFirst(t)
-	if got := readAll(t, f1); got != "old" {
-		t.Fatalf("first read %q", got)
-	}
-	f1.Release()
+	r, k, w := newHostWriterRig(t, "old")
 	defer k.Drop()
-
-	w, err := r.s.Open(context.Background(), "f", unix.O_WRONLY, relF)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !w.HostPassthrough() {
-		t.Fatal("the writer may not be served from the host file")
-	}
-	if err := w.ServeFromHost(); err != nil {
-		t.Fatal(err)
-	}
 	// The kernel's writes, straight to the host file.
 	if _, err := unix.Pwrite(w.HostFd(), []byte("new!"), 0); err != nil {
 		t.Fatal(err)
@@ -168,24 +180,8 @@ func TestC3_AFileKeptBeforeAHostWriterIsNotReadAfterIt(t *testing.T) {
 // its size, and stubFd skipped an empty file, since a populate creates
 // one empty anyway.)
 func TestC3_AHostWriterLeavingTheFileEmptyLeavesAnEmptyStoreCopy(t *testing.T) {
-	r := newKeptRig(t, consistency.Cached, "old content")
-	if !r.s.ServesFromHost() {
-		t.Skip("the test folder's file system is not one cached writers are served from the host on")
-	}
-	f1, k := r.keepFirst(t)
-	if got := readAll(t, f1); got != "old content" {
-		t.Fatalf("first read %q", got)
-	}
-	f1.Release()
+	r, k, w := newHostWriterRig(t, "old content")
 	defer k.Drop()
-
-	w, err := r.s.Open(context.Background(), "f", unix.O_WRONLY, relF)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.ServeFromHost(); err != nil {
-		t.Fatal(err)
-	}
 	if err := os.Truncate(filepath.Join(r.host, "f"), 0); err != nil {
 		t.Fatal(err)
 	}
