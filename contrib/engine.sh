@@ -176,11 +176,11 @@ build_cli() {
 # Upstream unit tests of every package the patches touch (and ship tests
 # for), whole: daemon (monitor.go, volumes.go, mounts.go, daemon.go,
 # bindstate.go), its volume packages (mounts parsing, driver proxy, the
-# volume service they go through) and the container package the exit path
-# uses. Run with the builds' flags
+# volume service they go through), the container package the exit path
+# uses, and the plugin client (a retried request's body). Run with the builds' flags
 # (-trimpath, CGO_ENABLED=0) so that the packages compiled for the binaries
 # are reused from the build cache; vet is left to upstream.
-ENGINE_UNIT_PKGS="./daemon/ ./daemon/container/ ./daemon/volume/mounts/ ./daemon/volume/drivers/ ./daemon/volume/service/"
+ENGINE_UNIT_PKGS="./daemon/ ./daemon/container/ ./daemon/volume/mounts/ ./daemon/volume/drivers/ ./daemon/volume/service/ ./pkg/plugins/"
 CLI_UNIT_PKGS="./opts/"
 COMPOSE_UNIT_PKGS="./pkg/compose/"
 
