@@ -580,17 +580,8 @@ func (f *File) restub() {
 	// halves already, and one made since the stat would be undone.
 	err := stubFd(fd, st.Size)
 	f.s.markedStub()
-	if err == nil && st.Size == 0 {
-		// Empty on the host, and a stub before: the empty copy is the content.
-		if err = unix.Fremovexattr(fd, xattrStub); errors.Is(err, unix.ENODATA) {
-			err = nil
-		}
-	}
 	if err == nil {
-		err = futimens(fd, []unix.Timespec{st.Atim, st.Mtim})
-	}
-	if err == nil {
-		err = unix.Fsetxattr(fd, xattrBase, baseOf(&st).encode(), 0)
+		err = setAttrsFd(fd, &st, false, false)
 	}
 	if err != nil {
 		f.s.log.Error("making a host-written file's store copy a stub", "path", rel, "err", err)

@@ -258,15 +258,23 @@ func readUmask() (uint32, bool) {
 // stubFd makes the open store file fd a stub of a host file of size bytes:
 // marked first (a crash between the steps leaves a stub, fetched again,
 // never a copy taken for the host's), then given the size. An empty file
-// needs no fetch: its empty copy is the content, so it is only truncated.
-// The truncate is what empties a copy that had content (File.restub); a
-// file just created empty needs no call at all (adoptIn). setAttrsFd gives
-// it the rest.
+// needs no fetch: its empty copy is the content, so it is truncated and
+// any stub mark it had goes (in that order: a crash between leaves a stub).
+// That is what empties a copy that had content (File.restub); a file just
+// created empty needs no call at all (adoptIn). setAttrsFd gives it the
+// rest.
 func stubFd(fd int, size int64) error {
-	if size > 0 {
-		if err := unix.Fsetxattr(fd, xattrStub, []byte("1"), 0); err != nil {
+	if size == 0 {
+		if err := unix.Ftruncate(fd, 0); err != nil {
 			return err
 		}
+		if err := unix.Fremovexattr(fd, xattrStub); err != nil && !errors.Is(err, unix.ENODATA) {
+			return err
+		}
+		return nil
+	}
+	if err := unix.Fsetxattr(fd, xattrStub, []byte("1"), 0); err != nil {
+		return err
 	}
 	return unix.Ftruncate(fd, size)
 }

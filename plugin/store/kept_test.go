@@ -204,6 +204,36 @@ func TestC3_AHostWriterLeavingTheFileEmptyLeavesAnEmptyStoreCopy(t *testing.T) {
 	}
 }
 
+// The same from a stub (the populate's copy, never read): the empty copy
+// the host writer leaves is the content, not a stub any more (stubFd drops
+// the mark of an empty file), so its next open fetches nothing.
+func TestC3_AHostWriterLeavingAStubEmptyLeavesNoStub(t *testing.T) {
+	r := newKeptRig(t, consistency.Cached, "old content")
+	if !r.s.ServesFromHost() {
+		t.Skip("the test folder's file system is not one cached writers are served from the host on")
+	}
+	if !r.s.IsStub("f") {
+		t.Fatal("the populate's copy is not a stub")
+	}
+	w, err := r.s.Open(context.Background(), "f", unix.O_WRONLY, relF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.ServeFromHost(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(r.host, "f"), 0); err != nil {
+		t.Fatal(err)
+	}
+	w.Release()
+	if r.s.IsStub("f") {
+		t.Error("an empty copy of an empty host file is still marked a stub")
+	}
+	if st, err := r.s.Lstat("f"); err != nil || st.Size != 0 {
+		t.Errorf("store copy: %d bytes, %v; want 0", st.Size, err)
+	}
+}
+
 // A file is kept only for the node it is: an open that found another store
 // inode at the path (changed under the kernel's entry) keeps nothing for
 // the node. Nor is an open with flags that change how it reads.
