@@ -507,24 +507,36 @@ func listingFixture(t *testing.T, f *fixture) []string {
 	return names
 }
 
+// lstatListed checks that a listing of the fixture's "sub" (fn) gave its
+// names, sorted, and returns an lstat of each listed entry, in the
+// listing's order, for the caller to compare with what the listing said.
+func lstatListed(t *testing.T, f *fixture, fn string, listed, names []string) []unix.Stat_t {
+	t.Helper()
+	want := slices.Clone(names)
+	slices.Sort(want)
+	if !slices.Equal(listed, want) {
+		t.Errorf("%s = %q\nwant %q", fn, listed, want)
+	}
+	sts := make([]unix.Stat_t, len(listed))
+	for i, name := range listed {
+		mustNil(t, unix.Lstat(f.p("sub/"+name), &sts[i]))
+	}
+	return sts
+}
+
 func TestReadDir(t *testing.T) {
 	f := newFixture(t)
 	names := listingFixture(t, f)
 	ents, err := f.r.ReadDir("sub")
 	mustNil(t, err)
-	var got []string
-	for _, e := range ents {
-		got = append(got, e.Name)
-		var want unix.Stat_t
-		mustNil(t, unix.Lstat(f.p("sub/"+e.Name), &want))
-		if e.Stat.Ino != want.Ino || e.Stat.Mode != want.Mode || e.Stat.Size != want.Size {
+	listed := make([]string, len(ents))
+	for i, e := range ents {
+		listed[i] = e.Name
+	}
+	for i, want := range lstatListed(t, f, "ReadDir", listed, names) {
+		if e := ents[i]; e.Stat.Ino != want.Ino || e.Stat.Mode != want.Mode || e.Stat.Size != want.Size {
 			t.Errorf("%q: stat %o/%d, want %o/%d", e.Name, e.Stat.Mode, e.Stat.Size, want.Mode, want.Size)
 		}
-	}
-	want := slices.Clone(names)
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Errorf("ReadDir = %q\nwant %q", got, want)
 	}
 
 	// The root, an empty directory, errors.
@@ -569,19 +581,14 @@ func TestReadDirTypes(t *testing.T) {
 	names := listingFixture(t, f)
 	ents, err := f.r.ReadDirTypes("sub")
 	mustNil(t, err)
-	var got []string
-	for _, e := range ents {
-		got = append(got, e.Name)
-		var want unix.Stat_t
-		mustNil(t, unix.Lstat(f.p("sub/"+e.Name), &want))
-		if e.Ino != want.Ino || e.Type != want.Mode&unix.S_IFMT {
+	listed := make([]string, len(ents))
+	for i, e := range ents {
+		listed[i] = e.Name
+	}
+	for i, want := range lstatListed(t, f, "ReadDirTypes", listed, names) {
+		if e := ents[i]; e.Ino != want.Ino || e.Type != want.Mode&unix.S_IFMT {
 			t.Errorf("%q: ino %d type %o, want %d %o", e.Name, e.Ino, e.Type, want.Ino, want.Mode&unix.S_IFMT)
 		}
-	}
-	want := slices.Clone(names)
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Errorf("ReadDirTypes = %q\nwant %q", got, want)
 	}
 
 	ents, err = f.r.ReadDirTypes("sub/dir")
