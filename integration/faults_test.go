@@ -222,8 +222,11 @@ func TestFault_D4_KillPluginDuringWriteback(t *testing.T) {
 			s := newShareSource(t)
 			// Not createVolume: the removal is checked here, as part of the
 			// test. A plugin killed inside Unmount is not sent that Unmount
-			// again; the restarted plugin must end the mount itself
-			// (releasing IDs in volumes.json), or the volume stays "in use"
+			// again (or, by the stock engine, sent it empty:
+			// moby/moby#39331): the restarted plugin ends a mount whose
+			// Unmount it had recorded (releasing IDs in volumes.json,
+			// TestRestartEndsAnUnmountCutShort), and Remove ends any other
+			// (driver endLostUnmounts), or the volume would stay "in use"
 			// for good.
 			vol := "v-" + slug(t)
 			d.Docker(t, "volume", "create", "-d", pluginName, "-o", "source="+s.Source, "-o", "state=delegated", vol)

@@ -846,6 +846,11 @@ func TestRestartEndsAnUnmountCutShort(t *testing.T) {
 	// count ended normally).
 	for _, state := range []string{snapshot, dir} {
 		d2 := newTestDriver(t, state, newFakeOpener())
+		// Ended by the start itself, not by the Remove (which would end a
+		// mount still counted too: endLostUnmounts).
+		if info, err := d2.Get(t.Context(), "dlg"); err != nil || info.Status["mounts"] != 0 {
+			t.Fatalf("after an Unmount cut short (%s): %+v %v, want no mount", state, info, err)
+		}
 		if err := d2.Remove(t.Context(), "dlg"); err != nil {
 			t.Fatalf("remove after an Unmount cut short (%s): %v", state, err)
 		}
