@@ -339,6 +339,9 @@ func (c *CLI) status(ctx context.Context, cl *Client, o options, name string) in
 		if f.Writers != "" {
 			row("Writers", f.Writers)
 		}
+		if f.Xattrs != "" {
+			row("Xattrs", f.Xattrs)
+		}
 	}
 	tw.Flush()
 	if f := out.Front; f != nil && len(f.FailedPaths) > 0 {

@@ -101,6 +101,7 @@ func TestCLIStatus(t *testing.T) {
 		st.Dirty, st.DirtyBytes, st.Failed, st.Lag, st.Conflicts = 3, 3*1024*1024/2, 1, 2500*time.Millisecond, 1
 		st.LastError, st.FailedPaths = "write /data/p/x/y: permission denied", []string{"x/y"}
 		st.Writers = "the host file, by the kernel: the source is virtiofs"
+		st.Xattrs = "refused (not supported): the source's file system takes none"
 	})
 	res := r.run(t, false, "status")
 	if res.code != 0 {
@@ -120,6 +121,7 @@ func TestCLIStatus(t *testing.T) {
 		"Dirty:         3 files, 1.5 MiB", "Writeback lag: 2.5s", "Failed:        1", "Conflicts:     1",
 		"Last error:    write /data/p/x/y: permission denied",
 		"Writers:       the host file, by the kernel: the source is virtiofs",
+		"Xattrs:        refused (not supported): the source's file system takes none",
 		"Failed paths (journaled, retried):\n  /data/p/x/y\n",
 	} {
 		if !strings.Contains(res.stdout, want) {

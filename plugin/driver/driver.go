@@ -626,6 +626,9 @@ func (d *Driver) infoLocked(v *volume) VolumeInfo {
 		if fs.Writers != "" {
 			st["writers"] = fs.Writers
 		}
+		if fs.Xattrs != "" {
+			st["xattrs"] = fs.Xattrs
+		}
 	}
 	return info
 }

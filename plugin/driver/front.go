@@ -59,6 +59,7 @@ type FrontStatus struct {
 	Ops          map[string]uint64 `json:"ops,omitempty"`          // container operations served, by kind
 	Errors       uint64            `json:"errors"`                 // failed writeback attempts
 	Writers      string            `json:"writers,omitempty"`      // cached: how files open for writing only are served, and why
+	Xattrs       string            `json:"xattrs,omitempty"`       // whether the volume takes extended attributes, and why
 }
 
 // FrontSpec says what to serve.

@@ -369,6 +369,7 @@ func (f *storeFront) Status() driver.FrontStatus {
 		Errors:       s.WriteBack.Errors,
 		Ops:          make(map[string]uint64, len(s.Ops)),
 		Writers:      s.Writers,
+		Xattrs:       s.Xattrs,
 	}
 	for k, v := range s.Ops {
 		st.Ops[k] = uint64(v)

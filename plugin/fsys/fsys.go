@@ -98,6 +98,12 @@ func New(st *store.Store, mountpoint string, o Options) (*Mount, error) {
 			// every write (a round trip per write); handle.removePrivs does
 			// what it would do instead.
 			ExtraCapabilities: fuse.CAP_HANDLE_KILLPRIV_V2,
+			// Over a source that holds no xattrs the store refuses them all:
+			// answering the first xattr request ENOSYS tells the kernel to send
+			// none after it, which it would otherwise do before every chown
+			// and a file's first write (security.capability). The container
+			// gets EOPNOTSUPP, as from a plain bind of the source.
+			DisableXAttrs: !st.HostTakesXattrs(),
 		},
 	}
 	var raw fuse.RawFileSystem = newListingFS(fs.NewNodeFS(root, opts))

@@ -44,6 +44,17 @@ func newPrefillRig(t *testing.T, state consistency.State, content string) *prefi
 // file, f (content). Tests that mount it need root.
 func newOneFileStore(t *testing.T, state consistency.State, content string) *store.Store {
 	t.Helper()
+	return newStoreOver(t, state, func(host string) {
+		if err := os.WriteFile(filepath.Join(host, "f"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// newStoreOver opens a store in state over a new host folder that setup
+// fills (or mounts something on) first. Tests that mount it need root.
+func newStoreOver(t *testing.T, state consistency.State, setup func(host string)) *store.Store {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("mount tests need root")
 	}
@@ -52,9 +63,7 @@ func newOneFileStore(t *testing.T, state consistency.State, content string) *sto
 	if err := os.Mkdir(host, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(host, "f"), []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	setup(host)
 	root, err := hostpath.Open(host)
 	if err != nil {
 		t.Fatal(err)

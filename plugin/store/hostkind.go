@@ -2,11 +2,14 @@ package store
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/hostpath"
 )
 
 // fuseSuperMagic is statfs's f_type of every FUSE file system (sshfs,
@@ -80,4 +83,27 @@ func mountType(major, minor uint32) (string, error) {
 		return "", err
 	}
 	return "", fmt.Errorf("device %s not in /proc/self/mountinfo", dev)
+}
+
+// hostTakesXattrs decides, once per store, whether the source's file system
+// holds extended attributes at all. Over one that does not (sftp has no
+// xattrs: sshfs; ramfs) the volume refuses them as the plain bind of the
+// source would (EOPNOTSUPP), instead of keeping in the store an xattr that
+// no writeback could ever put on the host (rule D4: nothing a container saw
+// succeed is lost). The FUSE mount then tells the kernel so once (fsys:
+// DisableXAttrs), which stops the security.capability lookup the kernel
+// makes before every chown and a file's first write: two round trips per
+// file an untar makes.
+//
+// The source's root stands for the whole tree; a file system mounted
+// inside it is not asked. A name in each of the user and security
+// namespaces is looked up: a file system that holds xattrs answers "no such
+// attribute" (or the value) for at least one of them.
+func hostTakesXattrs(host *hostpath.Root) bool {
+	for _, name := range []string{XattrPrefix + "probe", "security.capability"} {
+		if _, err := host.Getxattr("", name, nil); !errors.Is(err, unix.EOPNOTSUPP) {
+			return true
+		}
+	}
+	return false
 }

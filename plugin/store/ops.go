@@ -639,6 +639,8 @@ func applyAttrs(root *hostpath.Root, rel string, a Attrs) error {
 }
 
 // Extended attributes. The store's own namespace is invisible to containers.
+// Over a source whose file system takes none, every call fails as on the
+// source (EOPNOTSUPP; see hostTakesXattrs).
 
 // IsPrivateXattr reports names containers may not see or touch.
 func IsPrivateXattr(name string) bool {
@@ -647,6 +649,9 @@ func IsPrivateXattr(name string) bool {
 
 // Setxattr sets a container-visible extended attribute.
 func (s *Store) Setxattr(ctx context.Context, rel, name string, data []byte, flags int) error {
+	if !s.hostXattrs {
+		return unix.EOPNOTSUPP
+	}
 	if IsPrivateXattr(name) {
 		return unix.EPERM
 	}
@@ -658,6 +663,9 @@ func (s *Store) Setxattr(ctx context.Context, rel, name string, data []byte, fla
 
 // Removexattr removes a container-visible extended attribute.
 func (s *Store) Removexattr(ctx context.Context, rel, name string) error {
+	if !s.hostXattrs {
+		return unix.EOPNOTSUPP
+	}
 	if IsPrivateXattr(name) {
 		return unix.ENODATA
 	}
@@ -669,6 +677,9 @@ func (s *Store) Removexattr(ctx context.Context, rel, name string) error {
 
 // Getxattr reads a container-visible extended attribute.
 func (s *Store) Getxattr(rel, name string, dest []byte) (int, error) {
+	if !s.hostXattrs {
+		return 0, unix.EOPNOTSUPP
+	}
 	if IsPrivateXattr(name) {
 		return 0, unix.ENODATA
 	}
@@ -677,6 +688,9 @@ func (s *Store) Getxattr(rel, name string, dest []byte) (int, error) {
 
 // Listxattr lists container-visible extended attribute names ("\0"-separated).
 func (s *Store) Listxattr(rel string) ([]byte, error) {
+	if !s.hostXattrs {
+		return nil, unix.EOPNOTSUPP
+	}
 	buf := make([]byte, 4096)
 	for {
 		n, err := s.local.Listxattr(rel, buf)

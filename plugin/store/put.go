@@ -572,6 +572,9 @@ func fstatOf(fd int) *unix.Stat_t {
 // putXattrs copies the user xattrs of the store file src (at rel) onto the
 // host file fd, both read and written through the descriptors.
 func (s *Store) putXattrs(fd int, src *os.File, rel string) {
+	if !s.hostXattrs {
+		return // the store holds none a container set (Store.Setxattr)
+	}
 	list := make([]byte, 4096)
 	n, err := unix.Flistxattr(int(src.Fd()), list)
 	names := list[:max(n, 0)]
@@ -590,7 +593,8 @@ func (s *Store) putXattrs(fd int, src *os.File, rel string) {
 // copyXattrs copies the extended attributes named in names (NUL-separated,
 // as listxattr gives them), all but the store's own, reading each with get
 // and writing it with set. A failure is logged and the others still go: a
-// share that takes no xattrs (sshfs) must not hold up the writeback.
+// source that holds xattrs may still refuse a namespace (trusted.* on NFS).
+// (A source that holds none never gets here: the store refuses them.)
 func (s *Store) copyXattrs(rel string, names []byte, get func(name string, buf []byte) (int, error), set func(name string, val []byte) error) {
 	var buf []byte
 	for _, name := range splitNames(names) {

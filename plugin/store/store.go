@@ -91,6 +91,7 @@ type Store struct {
 	// writersFromHost).
 	writersFromHost bool
 	writers         string    // how cached writers are served, for Stats
+	hostXattrs      bool      // the source's file system holds xattrs (hostTakesXattrs); if not, the store refuses them
 	ranges          *rangeLog // delegated: what the container wrote to large files since their last Put
 	fsyncs          fsyncWaits
 	held            heldFiles // delegated: host files kept open between a large file's Puts
@@ -178,7 +179,10 @@ func Open(cfg Config) (*Store, error) {
 		cfg.PopulatedLog = populatedLogMax
 	}
 	s := &Store{host: cfg.Host, local: local, state: cfg.State, log: cfg.Log, populatedMax: cfg.PopulatedLog,
-		shareWork: cfg.ShareWork, ranges: newRangeLog()}
+		shareWork: cfg.ShareWork, ranges: newRangeLog(), hostXattrs: hostTakesXattrs(cfg.Host)}
+	if !s.hostXattrs {
+		cfg.Log.Info("extended attributes refused, as by the source: its file system takes none")
+	}
 	switch {
 	case cfg.ReadOnly:
 		s.writers = "none: the volume is read-only"
@@ -247,6 +251,11 @@ func (s *Store) Close() error {
 
 // State is the state this store serves.
 func (s *Store) State() consistency.State { return s.state }
+
+// HostTakesXattrs reports whether the source's file system holds extended
+// attributes. If not, the store refuses them (EOPNOTSUPP) and the FUSE
+// mount can tell the kernel not to ask (hostTakesXattrs).
+func (s *Store) HostTakesXattrs() bool { return s.hostXattrs }
 
 // Host is the source the store mirrors.
 func (s *Store) Host() *hostpath.Root { return s.host }
@@ -352,6 +361,7 @@ type Stats struct {
 	WrittenBytes int64            // file content written back to the host
 	Ops          map[string]int64 // container operations served, by kind
 	Writers      string           // cached: how files open for writing only are served, and why; a read-only volume: none
+	Xattrs       string           // whether the volume takes extended attributes, and why
 }
 
 // CountOp counts one container operation of the given kind ("open",
@@ -373,7 +383,11 @@ func (s *Store) countWrittenBytes(n int64) { s.writtenBytes.Add(n) }
 // Stats returns a snapshot.
 func (s *Store) Stats() Stats {
 	st := Stats{Conflicts: s.conflicts.Load(), Fetched: s.fetched.Load(),
-		Hits: s.hits.Load(), WrittenBytes: s.writtenBytes.Load(), Ops: make(map[string]int64), Writers: s.writers}
+		Hits: s.hits.Load(), WrittenBytes: s.writtenBytes.Load(), Ops: make(map[string]int64), Writers: s.writers,
+		Xattrs: "kept: the source's file system holds them"}
+	if !s.hostXattrs {
+		st.Xattrs = "refused (not supported): the source's file system takes none"
+	}
 	s.ops.Range(func(k, v any) bool {
 		st.Ops[k.(string)] = v.(*atomic.Int64).Load()
 		return true
