@@ -78,9 +78,13 @@ func (s *Store) EnsurePopulated(dir string) error {
 				continue
 			}
 		}
-		// An entry already in the store (made by the container, or by an
-		// earlier populate cut short) is kept: EEXIST.
-		if err := s.adoptIn(d, entries[i].Name, st, born); err != nil {
+		// An entry already in the store is kept (EEXIST), unless an earlier
+		// populate made it and was cut short.
+		err := s.adoptIn(d, entries[i].Name, st, born)
+		if errors.Is(err, unix.EEXIST) && s.removeUnfinished(d, entries[i].Name) {
+			err = s.adoptIn(d, entries[i].Name, st, born)
+		}
+		if err != nil {
 			if errors.Is(err, unix.EEXIST) {
 				continue
 			}
@@ -114,6 +118,38 @@ func (s *Store) EnsurePopulated(dir string) error {
 	}
 	s.populatedMu.Unlock()
 	return nil
+}
+
+// removeUnfinished removes the entry name of the store directory d, being
+// populated, if an earlier populate of d made it and was cut short (the
+// plugin died) before giving it the host's attributes and base: a regular
+// file or directory without a base. A file left so would read empty, or
+// keep the plugin's mode and owner, for good: the sweep takes an entry
+// without a base for one the container made, and leaves it alone.
+//
+// Only a populate makes entries in a directory not marked populated: a
+// container's lookup or create in it populates it first, and a container's
+// change not written back yet (dirty) is skipped before this. So an entry
+// here without a base is unfinished, and a directory among them empty:
+// nothing in it was looked up.
+func (s *Store) removeUnfinished(d *hostpath.Dir, name string) bool {
+	rel := join(d.Rel(), name)
+	st, err := s.local.Lstat(rel)
+	if err != nil {
+		return false
+	}
+	if k := st.Mode & unix.S_IFMT; k != unix.S_IFREG && k != unix.S_IFDIR {
+		return false // a symlink's base is not in the store; a special file is the host's node (D8)
+	}
+	if _, ok := s.Base(rel); ok {
+		return false
+	}
+	if err := d.Remove(name); err != nil {
+		s.log.Warn("cannot remove an entry an earlier populate left unfinished; keeping it", "path", rel, "err", err)
+		return false
+	}
+	s.log.Info("making again an entry an earlier populate left unfinished", "path", rel)
+	return true
 }
 
 // populatedLogMax bounds the log of populated directories (PopulatedSince).

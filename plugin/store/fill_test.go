@@ -1,17 +1,20 @@
 package store
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/bindstate/bindstate/plugin/consistency"
 	"github.com/bindstate/bindstate/plugin/hostpath"
+	"github.com/bindstate/bindstate/plugin/writeback"
 )
 
 // hostEntry is what the host has at one path, for the populate tests.
@@ -292,5 +295,88 @@ func BenchmarkPopulateAndList(b *testing.B) {
 		s.Close()
 		os.RemoveAll(dir)
 		b.StartTimer()
+	}
+}
+
+// rules C2 and D1: a populate cut short by a crash leaves entries it had not
+// finished: a file created but not yet marked a stub (it would read empty),
+// or marked but without the host's attributes and base, and an empty
+// directory without them. The directory is not marked populated, so the
+// next start lists it again; that listing makes those entries again from
+// the host instead of keeping them as the container's own. (The sweep
+// leaves an entry without a base alone: a container made it.)
+func TestC2_APopulateCutShortIsDoneAgain(t *testing.T) {
+	mtime := time.Unix(1_000_000_000, 0)
+	for _, state := range []consistency.State{consistency.Cached, consistency.Delegated} {
+		t.Run(state.String(), func(t *testing.T) {
+			r := newStoreRig(t, state, writeback.Options{}, func(h string) {
+				for _, p := range []string{"d", "d/sub"} {
+					if err := os.Mkdir(filepath.Join(h, p), 0o755); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, f := range []string{"d/created", "d/marked", "d/done"} {
+					p := filepath.Join(h, f)
+					if err := os.WriteFile(p, []byte("host content"), 0o644); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.Chtimes(p, mtime, mtime); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+			if err := r.s.EnsurePopulated(""); err != nil {
+				t.Fatal(err)
+			}
+			tree := filepath.Join(r.base, "tree")
+			r.restart(t, func() {
+				// What the steps of adoptIn leave when the plugin dies
+				// after them: created; created and marked a stub (d/done
+				// was not reached).
+				if err := os.WriteFile(filepath.Join(tree, "d/created"), nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(tree, "d/marked"), nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if err := unix.Setxattr(filepath.Join(tree, "d/marked"), xattrStub, nil, 0); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Truncate(filepath.Join(tree, "d/marked"), int64(len("host content"))); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Mkdir(filepath.Join(tree, "d/sub"), 0o700); err != nil {
+					t.Fatal(err)
+				}
+			})
+			s, ctx := r.s, context.Background()
+			if err := s.EnsurePopulated("d"); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"created", "marked", "done"} {
+				rel, want := "d/"+name, "host content"
+				f, err := s.Open(ctx, rel, unix.O_RDONLY, func() (string, bool) { return rel, true })
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := readAll(t, f)
+				f.Release()
+				if got != want {
+					t.Errorf("%s reads %q after the populate, want %q", rel, got, want)
+				}
+			}
+			for _, rel := range []string{"d/created", "d/marked", "d/done", "d/sub"} {
+				st, err := s.Lstat(rel)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.Mode&0o777 != 0o755 && st.Mode&0o777 != 0o644 {
+					t.Errorf("%s has mode %o after the populate, want the host's", rel, st.Mode&0o777)
+				}
+				if _, ok := s.Base(rel); !ok {
+					t.Errorf("%s has no base after the populate", rel)
+				}
+			}
+		})
 	}
 }
