@@ -34,7 +34,8 @@ func (s *Store) IsPopulated(dir string) bool { return s.isPopulated(dir) }
 
 // EnsurePopulated lists dir on the host into the store once, so that lookups
 // and listings inside it need no host round trip afterwards. Entries already
-// in the store (made by the container) are kept; nothing is overwritten.
+// in the store (made by the container) are kept; nothing is overwritten but
+// an entry an earlier populate left unfinished (removeUnfinished).
 func (s *Store) EnsurePopulated(dir string) error {
 	if s.isPopulated(dir) {
 		return nil

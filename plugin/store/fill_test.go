@@ -328,11 +328,26 @@ func TestC2_APopulateCutShortIsDoneAgain(t *testing.T) {
 			if err := r.s.EnsurePopulated(""); err != nil {
 				t.Fatal(err)
 			}
+			// d/done: adopted whole before the crash, and its content
+			// fetched since. It has a base, so it is kept as it is (not
+			// made a stub again, to be fetched once more).
+			d, err := r.s.local.OpenDir("d")
+			if err != nil {
+				t.Fatal(err)
+			}
+			hst := lstat(t, filepath.Join(r.host, "d/done"))
+			err = r.s.adoptIn(d, "done", &hst, nil)
+			d.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.s.EnsureContent("d/done"); err != nil {
+				t.Fatal(err)
+			}
 			tree := filepath.Join(r.base, "tree")
 			r.restart(t, func() {
 				// What the steps of adoptIn leave when the plugin dies
-				// after them: created; created and marked a stub (d/done
-				// was not reached).
+				// after them: created; created and marked a stub.
 				if err := os.WriteFile(filepath.Join(tree, "d/created"), nil, 0o600); err != nil {
 					t.Fatal(err)
 				}
@@ -352,6 +367,9 @@ func TestC2_APopulateCutShortIsDoneAgain(t *testing.T) {
 			s, ctx := r.s, context.Background()
 			if err := s.EnsurePopulated("d"); err != nil {
 				t.Fatal(err)
+			}
+			if s.IsStub("d/done") {
+				t.Error("d/done, adopted whole and fetched before the crash, is a stub again after the populate")
 			}
 			for _, name := range []string{"created", "marked", "done"} {
 				rel, want := "d/"+name, "host content"
