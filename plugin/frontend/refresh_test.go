@@ -665,3 +665,107 @@ func TestC5_D6_EditsInPlaceArriveWithTheSweeps(t *testing.T) {
 		})
 	}
 }
+
+// rules C2 and D6, across a crash: the refresh brings a host create in by
+// making the entry through the mount and then giving it the host's
+// attributes and base. A plugin that died in between left an entry without
+// a base in a directory already populated, which the next sweep took for
+// the container's own and left alone for good: a file that read empty, a
+// directory with mode 0700. The next sweep finishes it from the host.
+func TestC2_D6_AHostCreateCutShortIsFinishedByTheNextSweep(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			long := time.Now().Add(-time.Hour)
+			r := newRescanRig(t, st, "1h", func(h string) {
+				os.MkdirAll(filepath.Join(h, "d"), 0o755)
+				writeFile(t, filepath.Join(h, "d/a"), "a")
+				for _, d := range []string{"d", ""} { // not racy
+					os.Chtimes(filepath.Join(h, d), long, long)
+				}
+			})
+			ref := ownRefresher(t, r, false)
+			listThenSweep(t, r, ref, "", "d")
+
+			// New on the host, and made in the store as far as a create
+			// from the host gets before its attributes and base.
+			writeFile(t, r.hostPath("d/new"), "host content")
+			if err := os.Mkdir(r.hostPath("d/sub"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, r.hostPath("d/sub/x"), "x")
+			local := r.front.(*storeFront).ost.st.Local()
+			f, err := local.OpenFile("d/new", os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			if err := local.Mkdir("d/sub", 0o700); err != nil {
+				t.Fatal(err)
+			}
+
+			if _, err := ref.Scan(context.Background()); err != nil {
+				t.Fatalf("sweep after the cut-short creates: %v", err)
+			}
+			if got := readFile(t, r.mntPath("d/new")); got != "host content" {
+				t.Fatalf("d/new reads %q after the sweep, want the host's %q", got, "host content")
+			}
+			for rel, want := range map[string]os.FileMode{"d/new": 0o644, "d/sub": 0o755} {
+				fi, err := os.Lstat(r.mntPath(rel))
+				if err != nil || fi.Mode().Perm() != want {
+					t.Fatalf("%s in the container: %v (%v), want mode %v as on the host", rel, fi.Mode(), err, want)
+				}
+			}
+			if got := listNames(t, r.mntPath("d/sub")); len(got) != 1 || got[0] != "x" {
+				t.Fatalf("d/sub lists %q, want the host's [x]", got)
+			}
+			// Finished for good: the next sweep finds nothing to bring in.
+			s, err := ref.Scan(context.Background())
+			if err != nil || s.Applied != 0 {
+				t.Fatalf("second sweep: %d changes brought in (%v), want none", s.Applied, err)
+			}
+			sameMtime(t, r, "d/new")
+		})
+	}
+}
+
+// rule C2: a host edit brought in carries the host's mtime into the
+// container, for a file it had read (whose new content is fetched at once)
+// and for one it had not (a stub: only the size changes). The refresh
+// truncates the file through the mount for the IN_MODIFY; that truncate
+// used to set the store's mtime to the time of the refresh.
+func TestC2_AHostEditArrivesWithTheHostsMtime(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			long := time.Now().Add(-time.Hour)
+			r := newRescanRig(t, st, "1h", func(h string) {
+				os.MkdirAll(filepath.Join(h, "d"), 0o755)
+				writeFile(t, filepath.Join(h, "d/read"), "v1")
+				writeFile(t, filepath.Join(h, "d/stub"), "v1")
+				for _, p := range []string{"d/read", "d/stub", "d", ""} { // not racy
+					os.Chtimes(filepath.Join(h, p), long, long)
+				}
+			})
+			ref := ownRefresher(t, r, false)
+			listThenSweep(t, r, ref, "", "d")
+			if got := readFile(t, r.mntPath("d/read")); got != "v1" {
+				t.Fatalf("d/read in the container: %q", got)
+			}
+			edited := long.Add(time.Minute)
+			for _, rel := range []string{"d/read", "d/stub"} {
+				writeFile(t, r.hostPath(rel), "version 2")
+				if err := os.Chtimes(r.hostPath(rel), edited, edited); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := ref.Scan(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			for _, rel := range []string{"d/read", "d/stub"} {
+				if got := readFile(t, r.mntPath(rel)); got != "version 2" {
+					t.Fatalf("%s in the container after the sweep: %q, want the host's edit", rel, got)
+				}
+				sameMtime(t, r, rel)
+			}
+		})
+	}
+}

@@ -300,6 +300,9 @@ func (f *File) Allocate(ctx context.Context, mode uint32, off, size int64) error
 // Truncate is ftruncate(2) along the state's route.
 func (f *File) Truncate(ctx context.Context, size int64) error {
 	s := f.s
+	if isHostOrigin(ctx) {
+		return nil // hostOriginTruncate
+	}
 	if f.host == nil && s.queue == nil && s.routeFor(ctx) == routeThrough {
 		return s.Setattr(ctx, f.Rel(), Attrs{Size: &size})
 	}

@@ -555,33 +555,32 @@ type Attrs struct {
 
 // Setattr changes rel's attributes.
 func (s *Store) Setattr(ctx context.Context, rel string, a Attrs) error {
+	if isHostOrigin(ctx) {
+		return nil // hostOriginTruncate
+	}
 	r := s.routeFor(ctx)
-	if st, err := s.local.Lstat(rel); err == nil && isSpecial(st.Mode) && r != routeLocal {
+	if st, err := s.local.Lstat(rel); err == nil && isSpecial(st.Mode) {
 		r = routeThrough
 	}
-	if a.Size != nil && r != routeLocal {
+	if a.Size != nil {
 		if err := s.prepareTruncate(rel, *a.Size); err != nil {
 			return err
 		}
 	}
 	defer s.lockShared(ctx)()
-	if isHostOrigin(ctx) && s.Busy(rel) {
-		return ErrBusy
-	}
-	if isHostOrigin(ctx) && a.Size != nil {
-		// The refresher truncates a file it refreshed to its own size, for
-		// the IN_MODIFY that raises: the size is the store's now, not the
-		// one the refresh planned with (the container may have written
-		// since, through to the host).
-		if st, err := s.local.Lstat(rel); err == nil {
-			size := st.Size
-			a.Size = &size
-		}
-	}
 	return s.do(r, []string{rel},
 		func() error { return applyAttrs(s.host, rel, a) },
 		func() error { return applyAttrs(s.local, rel, a) })
 }
+
+// hostOriginTruncate: the one change the refresh makes to an existing
+// entry through the mount is a truncate of a file it has brought in, for the
+// IN_MODIFY that raises (syncer's Refresher.apply). RefreshEntry has already
+// made the store's entry the host's, size and times, so the store changes
+// nothing more: a truncate here, even to the file's own size, would set its
+// mtime to now (ftruncate always does, and the kernel sends that time too),
+// and the container would see a time the host's file does not have (rule
+// C2). Setattr and File.Truncate answer it so.
 
 // prepareTruncate: truncating a stub to zero needs none of its content;
 // any other size keeps a prefix of it, which must be fetched first.

@@ -48,8 +48,8 @@ type Local struct {
 // returns the changes that bring host edits in, sorted by name. busy(name)
 // reports entries the container has changed and not yet written back (or is
 // writing through): those are never touched, the container's view wins
-// until writeback (rule D7 handles a clash there). Entries the container
-// made (no base) are never deleted.
+// until writeback (rule D7 handles a clash there). Entries without a base
+// are never deleted: the container made them.
 func Plan(host []hostpath.Entry, local []Local, busy func(name string) bool) []Action {
 	byName := make(map[string]*Local, len(local))
 	for i := range local {
@@ -73,9 +73,19 @@ func Plan(host []hostpath.Entry, local []Local, busy func(name string) bool) []A
 			// a FIFO, socket or device: the host's node is the node (D8)
 		case !l.HasBase && isSpecial(l.Mode):
 			out = append(out, Action{Kind: Replace, Name: h.Name, Host: h.Stat})
+		case !l.HasBase && l.Mode&unix.S_IFMT == h.Stat.Mode&unix.S_IFMT && isFileOrDir(l.Mode):
+			// Not busy, so nothing of the container's is waiting for the
+			// host: a create from the host cut short (the entry made, not
+			// yet given the host's attributes and base, when the plugin
+			// died: a file that reads empty, a directory with mode 0700),
+			// or the container's own already on the host, its base lost on
+			// the way. Either way the host has what belongs here: finish
+			// it from the host, in place.
+			out = append(out, Action{Kind: Update, Name: h.Name, Host: h.Stat})
 		case !l.HasBase:
-			// made in the container and already written back without a
-			// base, or made on both sides: leave it to writeback
+			// a symlink (its base is kept in memory only, so none after a
+			// restart), or an entry of another type than the host's: the
+			// container's, on both sides; leave it to writeback
 		case l.Mode&unix.S_IFMT != h.Stat.Mode&unix.S_IFMT:
 			out = append(out, Action{Kind: Replace, Name: h.Name, Host: h.Stat})
 		case l.Base.Matches(&h.Stat):
@@ -105,4 +115,11 @@ func isSpecial(mode uint32) bool {
 		return false
 	}
 	return true
+}
+
+// isFileOrDir reports the types whose base the store keeps in an xattr of
+// the entry, so that one without a base is one that never got it.
+func isFileOrDir(mode uint32) bool {
+	k := mode & unix.S_IFMT
+	return k == unix.S_IFREG || k == unix.S_IFDIR
 }

@@ -57,6 +57,18 @@ func TestPlan_C2_D6(t *testing.T) {
 		{"type changed", []hostpath.Entry{dirAsFile}, []Local{synced(dir)}, none, map[string]Kind{"dir": Replace}},
 		{"symlink retargeted", []hostpath.Entry{linkNew}, []Local{synced(link)}, none, map[string]Kind{"link": Replace}},
 		{"made in container, not on host", nil, []Local{{Name: "mine", Mode: unix.S_IFREG}}, none, map[string]Kind{}},
+		// A create from the host cut short by a crash, or the container's
+		// own entry already on the host: finished from the host.
+		{"no base, not busy, a file on both sides", []hostpath.Entry{f1}, []Local{{Name: "same", Mode: unix.S_IFREG | 0o600}}, none,
+			map[string]Kind{"same": Update}},
+		{"no base, not busy, a directory on both sides", []hostpath.Entry{dir}, []Local{{Name: "dir", Mode: unix.S_IFDIR | 0o700}}, none,
+			map[string]Kind{"dir": Update}},
+		{"no base, busy: the container's until writeback", []hostpath.Entry{f1}, []Local{{Name: "same", Mode: unix.S_IFREG | 0o600}},
+			func(n string) bool { return n == "same" }, map[string]Kind{}},
+		{"no base, a file the container made where the host has a directory", []hostpath.Entry{dir}, []Local{{Name: "dir", Mode: unix.S_IFREG | 0o644}}, none,
+			map[string]Kind{}},
+		{"a symlink without a base (none kept across a restart)", []hostpath.Entry{link}, []Local{{Name: "link", Mode: unix.S_IFLNK | 0o777}}, none,
+			map[string]Kind{}},
 		{"edited on both: container wins until writeback (D7)", []hostpath.Entry{f2new}, []Local{synced(f2)},
 			func(n string) bool { return n == "edited" }, map[string]Kind{}},
 		{"deleted in container, still on host", []hostpath.Entry{f1}, nil,
