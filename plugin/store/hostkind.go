@@ -85,25 +85,35 @@ func mountType(major, minor uint32) (string, error) {
 	return "", fmt.Errorf("device %s not in /proc/self/mountinfo", dev)
 }
 
-// hostTakesXattrs decides, once per store, whether the source's file system
-// holds extended attributes at all. Over one that does not (sftp has no
-// xattrs: sshfs; ramfs) the volume refuses them as the plain bind of the
-// source would (EOPNOTSUPP), instead of keeping in the store an xattr that
-// no writeback could ever put on the host (rule D4: nothing a container saw
-// succeed is lost). The FUSE mount then tells the kernel so once (fsys:
-// DisableXAttrs), which stops the security.capability lookup the kernel
-// makes before every chown and a file's first write: two round trips per
-// file an untar makes.
+// xattrNamespaces are the namespaces of extended attributes a container
+// may use, each with a name the source is asked for (refusedXattrs).
+var xattrNamespaces = []struct{ prefix, probe string }{
+	{"user.", XattrPrefix + "probe"},
+	{"trusted.", "trusted.bindstate.probe"},
+	{"security.", "security.capability"},
+}
+
+// refusedXattrs decides, once per store, which namespaces of extended
+// attributes the source's file system refuses: all of them over one that
+// holds none (sftp has no xattrs: sshfs; ramfs), some over one that holds
+// others (NFS takes user.* but not trusted.*). The volume refuses those as
+// the plain bind of the source would (EOPNOTSUPP), instead of keeping in
+// the store an xattr that no writeback could ever put on the host (rule
+// D4: nothing a container saw succeed is lost). Over a source that holds
+// none the FUSE mount tells the kernel so once (fsys: DisableXAttrs), which
+// stops the security.capability lookup the kernel makes before every chown
+// and a file's first write: two round trips per file an untar makes.
 //
 // The source's root stands for the whole tree; a file system mounted
-// inside it is not asked. A name in each of the user and security
-// namespaces is looked up: a file system that holds xattrs answers "no such
-// attribute" (or the value) for at least one of them.
-func hostTakesXattrs(host *hostpath.Root) bool {
-	for _, name := range []string{XattrPrefix + "probe", "security.capability"} {
-		if _, err := host.Getxattr("", name, nil); !errors.Is(err, unix.EOPNOTSUPP) {
-			return true
+// inside it is not asked. One name in each namespace is looked up: a file
+// system that holds the namespace answers "no such attribute" (or the
+// value), one that does not answers EOPNOTSUPP.
+func refusedXattrs(host *hostpath.Root) []string {
+	var refused []string
+	for _, ns := range xattrNamespaces {
+		if _, err := host.Getxattr("", ns.probe, nil); errors.Is(err, unix.EOPNOTSUPP) {
+			refused = append(refused, ns.prefix)
 		}
 	}
-	return false
+	return refused
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -638,8 +639,22 @@ func applyAttrs(root *hostpath.Root, rel string, a Attrs) error {
 }
 
 // Extended attributes. The store's own namespace is invisible to containers.
-// Over a source whose file system takes none, every call fails as on the
-// source (EOPNOTSUPP; see hostTakesXattrs).
+// A name in a namespace the source's file system refuses (all of them over
+// one that takes none) fails as on the source (EOPNOTSUPP; see
+// refusedXattrs).
+
+// xattrRefused reports a name the source's file system would refuse.
+func (s *Store) xattrRefused(name string) bool {
+	if !s.hostXattrs {
+		return true
+	}
+	for _, ns := range s.xattrsRefused {
+		if strings.HasPrefix(name, ns) {
+			return true
+		}
+	}
+	return false
+}
 
 // IsPrivateXattr reports names containers may not see or touch.
 func IsPrivateXattr(name string) bool {
@@ -648,7 +663,7 @@ func IsPrivateXattr(name string) bool {
 
 // Setxattr sets a container-visible extended attribute.
 func (s *Store) Setxattr(ctx context.Context, rel, name string, data []byte, flags int) error {
-	if !s.hostXattrs {
+	if s.xattrRefused(name) {
 		return unix.EOPNOTSUPP
 	}
 	if IsPrivateXattr(name) {
@@ -662,7 +677,7 @@ func (s *Store) Setxattr(ctx context.Context, rel, name string, data []byte, fla
 
 // Removexattr removes a container-visible extended attribute.
 func (s *Store) Removexattr(ctx context.Context, rel, name string) error {
-	if !s.hostXattrs {
+	if s.xattrRefused(name) {
 		return unix.EOPNOTSUPP
 	}
 	if IsPrivateXattr(name) {
@@ -676,7 +691,7 @@ func (s *Store) Removexattr(ctx context.Context, rel, name string) error {
 
 // Getxattr reads a container-visible extended attribute.
 func (s *Store) Getxattr(rel, name string, dest []byte) (int, error) {
-	if !s.hostXattrs {
+	if s.xattrRefused(name) {
 		return 0, unix.EOPNOTSUPP
 	}
 	if IsPrivateXattr(name) {

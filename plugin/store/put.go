@@ -592,9 +592,9 @@ func (s *Store) putXattrs(fd int, src *os.File, rel string) {
 
 // copyXattrs copies the extended attributes named in names (NUL-separated,
 // as listxattr gives them), all but the store's own, reading each with get
-// and writing it with set. A failure is logged and the others still go: a
-// source that holds xattrs may still refuse a namespace (trusted.* on NFS).
-// (A source that holds none never gets here: the store refuses them.)
+// and writing it with set. A failure is logged and the others still go.
+// (A name in a namespace the source refuses never gets here: the store
+// refuses it at the container's setxattr, see refusedXattrs.)
 func (s *Store) copyXattrs(rel string, names []byte, get func(name string, buf []byte) (int, error), set func(name string, val []byte) error) {
 	var buf []byte
 	for _, name := range splitNames(names) {

@@ -91,7 +91,8 @@ type Store struct {
 	// writersFromHost).
 	writersFromHost bool
 	writers         string    // how cached writers are served, for Stats
-	hostXattrs      bool      // the source's file system holds xattrs (hostTakesXattrs); if not, the store refuses them
+	hostXattrs      bool      // the source's file system holds some xattrs (refusedXattrs); if not, the store refuses them all
+	xattrsRefused   []string  // namespaces ("trusted.") the source refuses, and so the store (refusedXattrs)
 	ranges          *rangeLog // delegated: what the container wrote to large files since their last Put
 	fsyncs          fsyncWaits
 	held            heldFiles // delegated: host files kept open between a large file's Puts
@@ -179,9 +180,13 @@ func Open(cfg Config) (*Store, error) {
 		cfg.PopulatedLog = populatedLogMax
 	}
 	s := &Store{host: cfg.Host, local: local, state: cfg.State, log: cfg.Log, populatedMax: cfg.PopulatedLog,
-		shareWork: cfg.ShareWork, ranges: newRangeLog(), hostXattrs: hostTakesXattrs(cfg.Host)}
-	if !s.hostXattrs {
+		shareWork: cfg.ShareWork, ranges: newRangeLog(), xattrsRefused: refusedXattrs(cfg.Host)}
+	s.hostXattrs = len(s.xattrsRefused) < len(xattrNamespaces)
+	switch {
+	case !s.hostXattrs:
 		cfg.Log.Info("extended attributes refused, as by the source: its file system takes none")
+	case len(s.xattrsRefused) > 0:
+		cfg.Log.Info("extended attributes of some namespaces refused, as by the source", "namespaces", s.xattrsRefused)
 	}
 	switch {
 	case cfg.ReadOnly:
@@ -254,7 +259,7 @@ func (s *Store) State() consistency.State { return s.state }
 
 // HostTakesXattrs reports whether the source's file system holds extended
 // attributes. If not, the store refuses them (EOPNOTSUPP) and the FUSE
-// mount can tell the kernel not to ask (hostTakesXattrs).
+// mount can tell the kernel not to ask (refusedXattrs).
 func (s *Store) HostTakesXattrs() bool { return s.hostXattrs }
 
 // Host is the source the store mirrors.
@@ -387,6 +392,8 @@ func (s *Store) Stats() Stats {
 		Xattrs: "kept: the source's file system holds them"}
 	if !s.hostXattrs {
 		st.Xattrs = "refused (not supported): the source's file system takes none"
+	} else if len(s.xattrsRefused) > 0 {
+		st.Xattrs = "kept, but " + strings.Join(s.xattrsRefused, "*, ") + "* refused (not supported): the source's file system takes none of those"
 	}
 	s.ops.Range(func(k, v any) bool {
 		st.Ops[k.(string)] = v.(*atomic.Int64).Load()

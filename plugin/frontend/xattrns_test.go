@@ -1,0 +1,88 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"golang.org/x/sys/unix"
+)
+
+// noTrustedNode is a host file system (a go-fuse loopback) that holds
+// extended attributes but refuses the trusted.* namespace, as NFS does
+// (it takes user.* only).
+type noTrustedNode struct{ fs.LoopbackNode }
+
+func refusedByNoTrusted(name string) bool { return strings.HasPrefix(name, "trusted.") }
+
+func (n *noTrustedNode) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	if refusedByNoTrusted(attr) {
+		return 0, syscall.EOPNOTSUPP
+	}
+	return n.LoopbackNode.Getxattr(ctx, attr, dest)
+}
+
+func (n *noTrustedNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if refusedByNoTrusted(attr) {
+		return syscall.EOPNOTSUPP
+	}
+	return n.LoopbackNode.Setxattr(ctx, attr, data, flags)
+}
+
+func (n *noTrustedNode) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if refusedByNoTrusted(attr) {
+		return syscall.EOPNOTSUPP
+	}
+	return n.LoopbackNode.Removexattr(ctx, attr)
+}
+
+// rule D4 (nothing the container saw succeed is lost), for one namespace
+// of extended attributes: over a source that takes user.* but refuses
+// trusted.*, a setxattr of a trusted.* name fails in the container as on
+// the source (EOPNOTSUPP). Before, a delegated (and a cached) volume kept
+// it in the store, the container read it back, and the writeback's
+// setxattr on the host failed with a debug line only. user.* names are
+// still kept and reach the host.
+func TestD4_AnXattrNamespaceTheSourceRefusesIsRefused(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			r := newRig(t, st, func(host string) {
+				backing := t.TempDir()
+				writeFile(t, filepath.Join(backing, "f"), "x")
+				root := &fs.LoopbackRoot{Path: backing}
+				root.NewNode = func(rd *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
+					return &noTrustedNode{fs.LoopbackNode{RootData: rd}}
+				}
+				mountHost(t, host, root, "no-trusted")
+			})
+			if err := unix.Setxattr(r.hostPath("f"), "trusted.a", []byte("v"), 0); !errors.Is(err, unix.EOPNOTSUPP) {
+				t.Fatalf("the source takes trusted.a (%v): not the file system this test needs", err)
+			}
+			if err := unix.Setxattr(r.mntPath("f"), "user.a", []byte("kept"), 0); err != nil {
+				t.Fatalf("setxattr user.a in the container: %v; want it kept (the source takes user.*)", err)
+			}
+			if err := unix.Setxattr(r.mntPath("f"), "trusted.a", []byte("v"), 0); !errors.Is(err, unix.EOPNOTSUPP) {
+				t.Errorf("setxattr trusted.a in the container: %v; want EOPNOTSUPP, as on the source", err)
+			}
+			if _, err := unix.Getxattr(r.mntPath("f"), "trusted.a", nil); !errors.Is(err, unix.EOPNOTSUPP) {
+				t.Errorf("getxattr trusted.a in the container: %v; want EOPNOTSUPP", err)
+			}
+			if err := unix.Removexattr(r.mntPath("f"), "trusted.a"); !errors.Is(err, unix.EOPNOTSUPP) {
+				t.Errorf("removexattr trusted.a in the container: %v; want EOPNOTSUPP", err)
+			}
+			if x := r.front.Status().Xattrs; !strings.Contains(x, "trusted.* refused") {
+				t.Errorf("status xattrs %q; want it to say trusted.* is refused", x)
+			}
+			r.flush(t)
+			buf := make([]byte, 64)
+			n, err := unix.Getxattr(r.hostPath("f"), "user.a", buf)
+			if err != nil || string(buf[:n]) != "kept" {
+				t.Fatalf("host f's user.a: %q (%v); want %q", buf[:max(n, 0)], err, "kept")
+			}
+		})
+	}
+}
