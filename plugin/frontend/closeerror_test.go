@@ -74,14 +74,17 @@ func (f *failingCloseFile) Flush(ctx context.Context) syscall.Errno {
 	return f.loopbackFile.Flush(ctx)
 }
 
-// mountHost serves root (a go-fuse loopback with its own node type) at
-// host, the source of a rig. The rig's store may still hold the host open
+// mountHost serves backing at host, the source of a rig, through a go-fuse
+// loopback whose nodes node makes (a test's own node type, which changes
+// a request or counts them). The rig's store may still hold the host open
 // for a moment after its front closed (its drain), so the unmount at
 // cleanup is retried and finally detached: a busy host left mounted fails
 // the test's temporary-directory cleanup.
-func mountHost(t *testing.T, host string, root *fs.LoopbackRoot, name string) {
+func mountHost(t *testing.T, host, backing, name string, node func(rd *fs.LoopbackRoot) fs.InodeEmbedder) {
 	t.Helper()
-	root.RootNode = root.NewNode(root, nil, "", nil)
+	root := &fs.LoopbackRoot{Path: backing}
+	root.NewNode = func(rd *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder { return node(rd) }
+	root.RootNode = node(root)
 	// Without passthrough, as sshfs: a FUSE file system that offers it
 	// may not be the backing file of another's passthrough (the kernel
 	// bounds the stacking), which would hide what the plugin does with
@@ -111,11 +114,9 @@ func TestC3_ShareErrorAtCloseFailsTheContainersClose(t *testing.T) {
 	r := newRig(t, consistency.Cached, func(host string) {
 		backing := t.TempDir()
 		writeFile(t, filepath.Join(backing, "f"), "before")
-		root := &fs.LoopbackRoot{Path: backing}
-		root.NewNode = func(rd *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
+		mountHost(t, host, backing, "failing-close", func(rd *fs.LoopbackRoot) fs.InodeEmbedder {
 			return &failingCloseNode{fs.LoopbackNode{RootData: rd}}
-		}
-		mountHost(t, host, root, "failing-close")
+		})
 	})
 	if w := r.front.Status().Writers; !strings.HasPrefix(w, "through the plugin: the source is a FUSE file system run by a process (fuse") {
 		t.Errorf("status says cached writers over a FUSE share are served by %q, want through the plugin", w)
@@ -208,11 +209,9 @@ func TestD2_ContainerFsyncIsDurableOnTheHostOtherWritebackIsNot(t *testing.T) {
 	var fsyncs atomic.Int64
 	r := newRig(t, consistency.Delegated, func(host string) {
 		backing := t.TempDir()
-		root := &fs.LoopbackRoot{Path: backing}
-		root.NewNode = func(rd *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
+		mountHost(t, host, backing, "fsync-counting", func(rd *fs.LoopbackRoot) fs.InodeEmbedder {
 			return &fsyncCountingNode{fs.LoopbackNode{RootData: rd}, &fsyncs}
-		}
-		mountHost(t, host, root, "fsync-counting")
+		})
 	})
 	writeFile(t, r.mntPath("plain"), "written, never fsynced")
 	r.flush(t) // as at a container's stop

@@ -57,11 +57,9 @@ func TestC3_ARemovalAsksTheShareNothingMoreAboutTheName(t *testing.T) {
 		if err := os.Mkdir(filepath.Join(backing, "dir"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		root := &fs.LoopbackRoot{Path: backing}
-		root.NewNode = func(rd *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
+		mountHost(t, host, backing, "lookup-counting", func(rd *fs.LoopbackRoot) fs.InodeEmbedder {
 			return &lookupCountingNode{fs.LoopbackNode{RootData: rd}, counts}
-		}
-		mountHost(t, host, root, "lookup-counting")
+		})
 	})
 	listNames(t, r.mnt)
 	for _, name := range []string{"file", "dir"} {

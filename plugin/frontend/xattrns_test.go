@@ -53,11 +53,9 @@ func TestD4_AnXattrNamespaceTheSourceRefusesIsRefused(t *testing.T) {
 			r := newRig(t, st, func(host string) {
 				backing := t.TempDir()
 				writeFile(t, filepath.Join(backing, "f"), "x")
-				root := &fs.LoopbackRoot{Path: backing}
-				root.NewNode = func(rd *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder {
+				mountHost(t, host, backing, "no-trusted", func(rd *fs.LoopbackRoot) fs.InodeEmbedder {
 					return &noTrustedNode{fs.LoopbackNode{RootData: rd}}
-				}
-				mountHost(t, host, root, "no-trusted")
+				})
 			})
 			if err := unix.Setxattr(r.hostPath("f"), "trusted.a", []byte("v"), 0); !errors.Is(err, unix.EOPNOTSUPP) {
 				t.Fatalf("the source takes trusted.a (%v): not the file system this test needs", err)
