@@ -125,8 +125,9 @@ func (s *Store) EnsurePopulated(dir string) error {
 // populated, if an earlier populate of d made it and was cut short (the
 // plugin died) before giving it the host's attributes and base: a regular
 // file or directory without a base. A file left so would read empty, or
-// keep the plugin's mode and owner, for good: the sweep takes an entry
-// without a base for one the container made, and leaves it alone.
+// keep the plugin's mode and owner, until the first sweep after the
+// directory is populated finishes it (syncer.Plan, for the same entry in a
+// populated directory): the container could look at it before that.
 //
 // Only a populate makes entries in a directory not marked populated: a
 // container's lookup or create in it populates it first, and a container's

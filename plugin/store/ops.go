@@ -651,7 +651,7 @@ func applyAttrs(root *hostpath.Root, rel string, a Attrs) error {
 
 // xattrRefused reports a name the source's file system would refuse.
 func (s *Store) xattrRefused(name string) bool {
-	if !s.hostXattrs {
+	if !s.HostTakesXattrs() {
 		return true
 	}
 	for _, ns := range s.xattrsRefused {
@@ -708,7 +708,7 @@ func (s *Store) Getxattr(rel, name string, dest []byte) (int, error) {
 
 // Listxattr lists container-visible extended attribute names ("\0"-separated).
 func (s *Store) Listxattr(rel string) ([]byte, error) {
-	if !s.hostXattrs {
+	if !s.HostTakesXattrs() {
 		return nil, unix.EOPNOTSUPP
 	}
 	buf := make([]byte, 4096)

@@ -572,7 +572,7 @@ func fstatOf(fd int) *unix.Stat_t {
 // putXattrs copies the user xattrs of the store file src (at rel) onto the
 // host file fd, both read and written through the descriptors.
 func (s *Store) putXattrs(fd int, src *os.File, rel string) {
-	if !s.hostXattrs {
+	if !s.HostTakesXattrs() {
 		return // the store holds none a container set (Store.Setxattr)
 	}
 	list := make([]byte, 4096)

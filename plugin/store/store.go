@@ -91,8 +91,7 @@ type Store struct {
 	// writersFromHost).
 	writersFromHost bool
 	writers         string    // how cached writers are served, for Stats
-	hostXattrs      bool      // the source's file system holds some xattrs (refusedXattrs); if not, the store refuses them all
-	xattrsRefused   []string  // namespaces ("trusted.") the source refuses, and so the store (refusedXattrs)
+	xattrsRefused   []string  // namespaces ("trusted.") the source refuses, and so the store (refusedXattrs); all: it takes none
 	ranges          *rangeLog // delegated: what the container wrote to large files since their last Put
 	fsyncs          fsyncWaits
 	held            heldFiles // delegated: host files kept open between a large file's Puts
@@ -181,9 +180,8 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s := &Store{host: cfg.Host, local: local, state: cfg.State, log: cfg.Log, populatedMax: cfg.PopulatedLog,
 		shareWork: cfg.ShareWork, ranges: newRangeLog(), xattrsRefused: refusedXattrs(cfg.Host)}
-	s.hostXattrs = len(s.xattrsRefused) < len(xattrNamespaces)
 	switch {
-	case !s.hostXattrs:
+	case !s.HostTakesXattrs():
 		cfg.Log.Info("extended attributes refused, as by the source: its file system takes none")
 	case len(s.xattrsRefused) > 0:
 		cfg.Log.Info("extended attributes of some namespaces refused, as by the source", "namespaces", s.xattrsRefused)
@@ -258,9 +256,10 @@ func (s *Store) Close() error {
 func (s *Store) State() consistency.State { return s.state }
 
 // HostTakesXattrs reports whether the source's file system holds extended
-// attributes. If not, the store refuses them (EOPNOTSUPP) and the FUSE
-// mount can tell the kernel not to ask (refusedXattrs).
-func (s *Store) HostTakesXattrs() bool { return s.hostXattrs }
+// attributes of any namespace. If not, the store refuses them all
+// (EOPNOTSUPP) and the FUSE mount can tell the kernel not to ask
+// (refusedXattrs).
+func (s *Store) HostTakesXattrs() bool { return len(s.xattrsRefused) < len(xattrNamespaces) }
 
 // Host is the source the store mirrors.
 func (s *Store) Host() *hostpath.Root { return s.host }
@@ -390,7 +389,7 @@ func (s *Store) Stats() Stats {
 	st := Stats{Conflicts: s.conflicts.Load(), Fetched: s.fetched.Load(),
 		Hits: s.hits.Load(), WrittenBytes: s.writtenBytes.Load(), Ops: make(map[string]int64), Writers: s.writers,
 		Xattrs: "kept: the source's file system holds them"}
-	if !s.hostXattrs {
+	if !s.HostTakesXattrs() {
 		st.Xattrs = "refused (not supported): the source's file system takes none"
 	} else if len(s.xattrsRefused) > 0 {
 		st.Xattrs = "kept, but " + strings.Join(s.xattrsRefused, "*, ") + "* refused (not supported): the source's file system takes none of those"

@@ -80,7 +80,9 @@ func Plan(host []hostpath.Entry, local []Local, busy func(name string) bool) []A
 			// died: a file that reads empty, a directory with mode 0700),
 			// or the container's own already on the host, its base lost on
 			// the way. Either way the host has what belongs here: finish
-			// it from the host, in place.
+			// it from the host, in place. (A populate cut short leaves the
+			// same in a directory not populated yet, which no sweep looks
+			// at: the next populate makes it again, store.removeUnfinished.)
 			out = append(out, Action{Kind: Update, Name: h.Name, Host: h.Stat})
 		case !l.HasBase:
 			// a symlink (its base is kept in memory only, so none after a
