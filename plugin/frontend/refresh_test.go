@@ -541,18 +541,7 @@ func TestC5_D6_ADirectoryReplacedByASymlinkIsGone(t *testing.T) {
 // container's change standing until writeback, not a failure of the check
 // (which the front logs at every check while the directory stays watched).
 func TestD6_ADirectoryTheContainerRemovedIsNotAFailure(t *testing.T) {
-	long := time.Now().Add(-time.Hour)
-	r := newRescanRig(t, consistency.Delegated, "1h", func(h string) {
-		for _, d := range []string{"d", "e"} {
-			os.MkdirAll(filepath.Join(h, d), 0o755)
-			writeFile(t, filepath.Join(h, d, "a"), d)
-		}
-		for _, p := range []string{"d", "e", ""} { // not racy
-			os.Chtimes(filepath.Join(h, p), long, long)
-		}
-	})
-	ref := ownRefresher(t, r, false)
-	listThenSweep(t, r, ref, "", "d", "e")
+	r, ref := settledRig(t, consistency.Delegated, map[string]string{"d/a": "d", "e/a": "e"}, "", "d", "e")
 	// A host change in d and e: both are listed at every check for a while
 	// (hot), their parent only once.
 	writeFile(t, r.hostPath("d/x"), "x")
@@ -623,6 +612,33 @@ func listThenSweep(t *testing.T, r *rig, ref *syncer.Refresher, dirs ...string) 
 	}
 }
 
+// settledRig is a rig of state st whose refresh the test drives itself
+// (ownRefresher), over a host tree of files (path: content, directories
+// made as needed) with every entry dated an hour back, so that no mtime is
+// too recent to trust (racy), and dirs listed through the mount and swept.
+func settledRig(t *testing.T, st consistency.State, files map[string]string, dirs ...string) (*rig, *syncer.Refresher) {
+	t.Helper()
+	long := time.Now().Add(-time.Hour)
+	r := newRescanRig(t, st, "1h", func(h string) {
+		for p, content := range files {
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(h, p)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, filepath.Join(h, p), content)
+		}
+		// A Chtimes leaves the parent's mtime alone: any order will do.
+		filepath.Walk(h, func(p string, _ os.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Chtimes(p, long, long)
+		})
+	})
+	ref := ownRefresher(t, r, false)
+	listThenSweep(t, r, ref, dirs...)
+	return r, ref
+}
+
 // sameMtime fails t unless the container sees rel's mtime as the host has it.
 func sameMtime(t *testing.T, r *rig, rel string) {
 	t.Helper()
@@ -675,16 +691,7 @@ func TestC5_D6_EditsInPlaceArriveWithTheSweeps(t *testing.T) {
 func TestC2_D6_AHostCreateCutShortIsFinishedByTheNextSweep(t *testing.T) {
 	for _, st := range storeStates {
 		t.Run(st.String(), func(t *testing.T) {
-			long := time.Now().Add(-time.Hour)
-			r := newRescanRig(t, st, "1h", func(h string) {
-				os.MkdirAll(filepath.Join(h, "d"), 0o755)
-				writeFile(t, filepath.Join(h, "d/a"), "a")
-				for _, d := range []string{"d", ""} { // not racy
-					os.Chtimes(filepath.Join(h, d), long, long)
-				}
-			})
-			ref := ownRefresher(t, r, false)
-			listThenSweep(t, r, ref, "", "d")
+			r, ref := settledRig(t, st, map[string]string{"d/a": "a"}, "", "d")
 
 			// New on the host, and made in the store as far as a create
 			// from the host gets before its attributes and base.
@@ -736,21 +743,11 @@ func TestC2_D6_AHostCreateCutShortIsFinishedByTheNextSweep(t *testing.T) {
 func TestC2_AHostEditArrivesWithTheHostsMtime(t *testing.T) {
 	for _, st := range storeStates {
 		t.Run(st.String(), func(t *testing.T) {
-			long := time.Now().Add(-time.Hour)
-			r := newRescanRig(t, st, "1h", func(h string) {
-				os.MkdirAll(filepath.Join(h, "d"), 0o755)
-				writeFile(t, filepath.Join(h, "d/read"), "v1")
-				writeFile(t, filepath.Join(h, "d/stub"), "v1")
-				for _, p := range []string{"d/read", "d/stub", "d", ""} { // not racy
-					os.Chtimes(filepath.Join(h, p), long, long)
-				}
-			})
-			ref := ownRefresher(t, r, false)
-			listThenSweep(t, r, ref, "", "d")
+			r, ref := settledRig(t, st, map[string]string{"d/read": "v1", "d/stub": "v1"}, "", "d")
 			if got := readFile(t, r.mntPath("d/read")); got != "v1" {
 				t.Fatalf("d/read in the container: %q", got)
 			}
-			edited := long.Add(time.Minute)
+			edited := time.Now().Add(-30 * time.Minute) // not the settled tree's time
 			for _, rel := range []string{"d/read", "d/stub"} {
 				writeFile(t, r.hostPath(rel), "version 2")
 				if err := os.Chtimes(r.hostPath(rel), edited, edited); err != nil {
