@@ -106,7 +106,7 @@ func New(st *store.Store, mountpoint string, o Options) (*Mount, error) {
 			DisableXAttrs: !st.HostTakesXattrs(),
 		},
 	}
-	var raw fuse.RawFileSystem = newListingFS(fs.NewNodeFS(root, opts))
+	var raw fuse.RawFileSystem = newListingFS(newReleaseFS(fs.NewNodeFS(root, opts), &fsys.releases))
 	if o.ReadOnly {
 		raw = newReadOnlyFS(raw, fsys)
 	}
@@ -218,6 +218,10 @@ type filesystem struct {
 	// writer's journal hold ended) would never happen.
 	openMu sync.Mutex
 	open   map[*handle]struct{}
+
+	// releases holds each handle's kind uncount until the bridge has
+	// finished its RELEASE (releaseFS).
+	releases bridgeReleases
 
 	// contentGen counts the changes to files' content made other than
 	// through a handle open for writing; see prefill.

@@ -90,10 +90,13 @@ func (f *filesystem) newHandle(ctx context.Context, n *node, file *store.File, f
 	n.opensMu.Lock()
 	switch {
 	case n.ptOpens > 0:
-		// Already open by passthrough: an ordinary open would fail (EIO),
-		// so this one is passthrough too, whatever it is. (An O_RDWR open
-		// made now has its msync served from the store file: its data is
-		// journaled at release and written back then or on fsync.)
+		// Open by passthrough (or not yet released by the bridge,
+		// releaseFS): the bridge answers this open with passthrough on
+		// the same backing file whatever the handle says (the kernel
+		// refuses an ordinary open of an inode open by passthrough), so
+		// it is one. (An O_RDWR open made now has its msync served from
+		// the store file: its data is journaled at release and written
+		// back then or on fsync.)
 		h.passthrough = f.passthrough
 	case n.cachedOpens > 0:
 		h.passthrough = false
@@ -160,20 +163,37 @@ func (f *filesystem) newHandle(ctx context.Context, n *node, file *store.File, f
 // unmount drops one the server has not read yet.
 var testHookDropRelease func() bool
 
+// testHookReleased, if set (by tests), runs at the end of a RELEASE the
+// plugin served, before the bridge drops the handle's passthrough backing.
+var testHookReleased func()
+
 // release uncounts the handle on its node, and as open.
 func (h *handle) release() {
+	h.releaseOpen()
+	h.releaseKind()
+}
+
+// releaseOpen uncounts the handle as open, but not its kind (releaseKind).
+func (h *handle) releaseOpen() {
 	h.fs.untrack(h)
 	h.node.opensMu.Lock()
 	if h.fromHost {
 		h.fs.countFromHost(h.node.StableAttr().Ino, -1)
 	}
+	if h.writable {
+		h.node.writeOpens--
+	}
+	h.node.opensMu.Unlock()
+}
+
+// releaseKind uncounts the handle's kind (node.ptOpens or cachedOpens),
+// from which newHandle decides the kind of the node's next open.
+func (h *handle) releaseKind() {
+	h.node.opensMu.Lock()
 	if h.passthrough {
 		h.node.ptOpens--
 	} else {
 		h.node.cachedOpens--
-	}
-	if h.writable {
-		h.node.writeOpens--
 	}
 	h.node.opensMu.Unlock()
 }
@@ -287,6 +307,9 @@ const fsyncDataOnly = 1
 // Release closes the file before it uncounts the handle: a file written
 // from the host has its store copy marked stale in file.Release, and an
 // open that no longer joins this one (the counts at zero) must find it so.
+// The handle's kind stays counted until the bridge has dropped its
+// passthrough backing file (releaseFS): until then, the kernel serves a
+// new open of the inode by passthrough whatever the plugin decides.
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	if testHookDropRelease != nil && testHookDropRelease() {
 		return 0 // as if the RELEASE never came
@@ -295,7 +318,8 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	if h.fromHost {
 		h.node.hostReleases.Add(1) // before the uncount: see newHandle
 	}
-	h.release()
+	h.releaseOpen()
+	h.fs.releases.after(ctx, h.releaseKind)
 	h.fs.store.CountOp("release")
 	if h.read.Load() {
 		// The kernel marks a file's atime stale after each READ, and its
@@ -304,6 +328,9 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		// every stat of every later run until then. The restater asks
 		// for it now, off the container's path (as for a listing).
 		h.fs.restat.add(h.node)
+	}
+	if testHookReleased != nil {
+		testHookReleased()
 	}
 	return h.errno(err, "release")
 }
