@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -762,6 +763,139 @@ func TestC2_AHostEditArrivesWithTheHostsMtime(t *testing.T) {
 					t.Fatalf("%s in the container after the sweep: %q, want the host's edit", rel, got)
 				}
 				sameMtime(t, r, rel)
+			}
+		})
+	}
+}
+
+// Rules C5 and D6 for symlinks: the host retargeting a symlink or removing
+// one reaches the container. A symlink cannot carry the base xattr, so its
+// base is kept in memory (store.EntryBase), and the refresh read the xattr
+// only: every symlink looked like one the container had made, and no host
+// change to one ever arrived ("timed out waiting for l to point to b").
+func TestC5_D6_AHostSymlinkRetargetedOrRemovedArrives(t *testing.T) {
+	forStoreRigs(t, func(t *testing.T, st consistency.State, open rigOpener) {
+		r := open(t, st, func(h string) {
+			for _, name := range []string{"l", "m"} {
+				if err := os.Symlink("a", filepath.Join(h, name)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+		for _, name := range []string{"l", "m"} {
+			if got, err := os.Readlink(r.mntPath(name)); err != nil || got != "a" {
+				t.Fatalf("%s in the container: %q %v, want the host's \"a\"", name, got, err)
+			}
+		}
+		retargetAndRemove(t, r)
+	})
+}
+
+// retargetAndRemove points the host's symlink l to b, removes its symlink
+// m, and waits for both changes to reach the container.
+func retargetAndRemove(t *testing.T, r *rig) {
+	t.Helper()
+	if err := os.Remove(r.hostPath("l")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("b", r.hostPath("l")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(r.hostPath("m")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "l to point to b", func() bool {
+		got, _ := os.Readlink(r.mntPath("l"))
+		return got == "b"
+	})
+	waitFor(t, "m to be gone", func() bool {
+		_, err := os.Lstat(r.mntPath("m"))
+		return os.IsNotExist(err)
+	})
+}
+
+// Rules C5 and D6 for symlinks across a restart: a cached store keeps
+// symlink bases in memory only, so after a restart its symlinks have none.
+// The sweep gives one with the host's target the host's base, and brings a
+// retarget or a removal in as for any symlink. Without that (Plan left a
+// symlink without a base to writeback, as the container's): "timed out
+// waiting for l to point to b". A delegated store keeps them in its journal.
+func TestC5_D6_AHostSymlinkChangeArrivesAfterARestart(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			r := newRig(t, st, func(h string) {
+				for _, name := range []string{"l", "m", "n"} {
+					if err := os.Symlink("a", filepath.Join(h, name)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+			if got := strings.Join(listNames(t, r.mnt), " "); got != "l m n" {
+				t.Fatalf("listed: %q", got)
+			}
+			r = restartRig(t, r)
+			retargetAndRemove(t, r)
+			if got, err := os.Readlink(r.mntPath("n")); err != nil || got != "a" {
+				t.Fatalf("n, unchanged on the host, in the container: %q %v", got, err)
+			}
+		})
+	}
+}
+
+// restartRig closes r's front and its store, as a plugin going away does,
+// and opens the same volume again with a new Opener on the same state
+// directory, as the next run does.
+func restartRig(t *testing.T, r *rig) *rig {
+	t.Helper()
+	if err := r.front.Close(bg()); err != nil {
+		t.Fatal(err)
+	}
+	r.o.mu.Lock()
+	for k, s := range r.o.stores {
+		if s.drain != nil {
+			s.drain()
+		}
+		r.o.closeStore(k, s)
+	}
+	r.o.mu.Unlock()
+	o := New(r.o.cfg)
+	f, err := o.Open(bg(), r.spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Close(bg()); err != nil {
+			t.Errorf("close front: %v", err)
+		}
+		o.waitDrained(r.spec.Key, 3*time.Second)
+	})
+	return &rig{host: r.host, mnt: f.Mountpoint(), front: f, o: o, spec: r.spec}
+}
+
+// Rules C5 and D6 at the cost of a sweep: a symlink the host has not
+// changed since the container listed it is left alone by the sweep, as a
+// file is. Its base is the one kept in memory (store.EntryBase); taken for
+// one without a base, each was looked at again on the host at every
+// sweep, two requests to the share per symlink ("2 host changes brought
+// in", none made).
+func TestC5_D6_AnUnchangedSymlinkCostsASweepNothing(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			r := newRescanRig(t, st, "1h", func(h string) {
+				for _, name := range []string{"l", "m"} {
+					if err := os.Symlink("a", filepath.Join(h, name)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+			ref := ownRefresher(t, r, false)
+			listNames(t, r.mnt)
+			s, err := ref.Scan(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Dirs == 0 || s.Applied != 0 {
+				t.Fatalf("sweep: %d directories listed, %d host changes brought in; want 1 listed, none brought in", s.Dirs, s.Applied)
 			}
 		})
 	}

@@ -24,6 +24,11 @@ func (*busyError) Is(target error) bool { return target == syscall.EBUSY }
 // Errno lets the FUSE layer hand EBUSY to the kernel.
 func (*busyError) Errno() syscall.Errno { return syscall.EBUSY }
 
+// ErrRetargeted is RefreshEntry's answer for a symlink whose target is not
+// the host's: it is brought in by replacing it (through the mount, for the
+// events), not in place.
+var ErrRetargeted = errors.New("store: refresh: the host's symlink has another target; replace instead")
+
 // BringIn runs fn, which applies one host change, on a thread whose requests
 // through the mount count as host-origin. It holds no lock while fn runs: fn
 // makes syscalls on the mount, and the FUSE requests they cause take the
@@ -54,7 +59,7 @@ func (s *Store) RefreshEntry(rel string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if b, ok := s.Base(rel); ok && b.Matches(&hst) {
+	if b, ok := s.EntryBase(rel, hst.Mode); ok && b.Matches(&hst) {
 		return false, nil // what the store has is what the host has
 	}
 	st := &hst
@@ -64,6 +69,25 @@ func (s *Store) RefreshEntry(rel string) (bool, error) {
 	}
 	if lst.Mode&unix.S_IFMT != st.Mode&unix.S_IFMT {
 		return false, errors.New("store: refresh: type changed; replace instead")
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		// A symlink without a base (Plan): a cached store keeps symlink
+		// bases in memory only, so it has none after a restart. One with
+		// the host's target is in sync: it takes the host's attributes and
+		// base, with no event (nothing the container sees changed but its
+		// times). One with another target is replaced.
+		lt, err := s.local.Readlink(rel)
+		if err != nil {
+			return false, err
+		}
+		ht, err := s.host.Readlink(rel)
+		if err != nil {
+			return false, err
+		}
+		if lt != ht {
+			return false, ErrRetargeted
+		}
+		return false, s.copyAttrs(rel, st)
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFREG {
 		if !s.IsStub(rel) {

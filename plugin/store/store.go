@@ -481,6 +481,19 @@ func (s *Store) Base(rel string) (Base, bool) {
 	return decodeBase(buf[:n])
 }
 
+// EntryBase is Base for the store entry rel of type mode (its st_mode, as
+// listed): a symlink cannot carry the base xattr, so its base is the one
+// kept in memory (tombs).
+func (s *Store) EntryBase(rel string, mode uint32) (Base, bool) {
+	if mode&unix.S_IFMT != unix.S_IFLNK {
+		return s.Base(rel)
+	}
+	s.tombMu.Lock()
+	defer s.tombMu.Unlock()
+	b, ok := s.tombs[rel]
+	return b, ok
+}
+
 func (s *Store) setBase(rel string, st *unix.Stat_t) error {
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG, unix.S_IFDIR:

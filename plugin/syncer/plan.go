@@ -84,10 +84,15 @@ func Plan(host []hostpath.Entry, local []Local, busy func(name string) bool) []A
 			// same in a directory not populated yet, which no sweep looks
 			// at: the next populate makes it again, store.removeUnfinished.)
 			out = append(out, Action{Kind: Update, Name: h.Name, Host: h.Stat})
+		case !l.HasBase && l.Mode&unix.S_IFMT == unix.S_IFLNK && h.Stat.Mode&unix.S_IFMT == unix.S_IFLNK:
+			// A symlink, not busy, whose base is lost: a cached store keeps
+			// symlink bases in memory only. The host's is what belongs here
+			// (as for a file above): RefreshEntry takes its base if the
+			// targets agree, else it is replaced.
+			out = append(out, Action{Kind: Update, Name: h.Name, Host: h.Stat})
 		case !l.HasBase:
-			// a symlink (its base is kept in memory only, so none after a
-			// restart), or an entry of another type than the host's: the
-			// container's, on both sides; leave it to writeback
+			// an entry of another type than the host's: the container's,
+			// on both sides; leave it to writeback
 		case l.Mode&unix.S_IFMT != h.Stat.Mode&unix.S_IFMT:
 			out = append(out, Action{Kind: Replace, Name: h.Name, Host: h.Stat})
 		case l.Base.Matches(&h.Stat):
@@ -99,7 +104,11 @@ func Plan(host []hostpath.Entry, local []Local, busy func(name string) bool) []A
 		}
 	}
 	for _, l := range local {
-		if seen[l.Name] || (!l.HasBase && !isSpecial(l.Mode)) || busy(l.Name) {
+		if seen[l.Name] || (!l.HasBase && isFileOrDir(l.Mode)) || busy(l.Name) {
+			// Without a base a file or directory is the container's, not
+			// on the host yet. A symlink without a base is not busy (its
+			// base lost: see above), so the host removed it. (The removal
+			// through the mount checks the host again: store.hostStillHas.)
 			continue
 		}
 		out = append(out, Action{Kind: Delete, Name: l.Name})

@@ -67,7 +67,16 @@ func TestPlan_C2_D6(t *testing.T) {
 			func(n string) bool { return n == "same" }, map[string]Kind{}},
 		{"no base, a file the container made where the host has a directory", []hostpath.Entry{dir}, []Local{{Name: "dir", Mode: unix.S_IFREG | 0o644}}, none,
 			map[string]Kind{}},
-		{"a symlink without a base (none kept across a restart)", []hostpath.Entry{link}, []Local{{Name: "link", Mode: unix.S_IFLNK | 0o777}}, none,
+		// A symlink without a base, not busy: a cached store's, after a
+		// restart (symlink bases are kept in memory). The host's is what
+		// belongs there: RefreshEntry compares the targets.
+		{"a symlink without a base, not busy", []hostpath.Entry{link}, []Local{{Name: "link", Mode: unix.S_IFLNK | 0o777}}, none,
+			map[string]Kind{"link": Update}},
+		{"a symlink without a base, busy: the container's until writeback", []hostpath.Entry{link}, []Local{{Name: "link", Mode: unix.S_IFLNK | 0o777}},
+			func(n string) bool { return n == "link" }, map[string]Kind{}},
+		{"a symlink without a base, not busy, gone from the host", nil, []Local{{Name: "link", Mode: unix.S_IFLNK | 0o777}}, none,
+			map[string]Kind{"link": Delete}},
+		{"a file without a base, gone from the host: the container's, not written back yet", nil, []Local{{Name: "same", Mode: unix.S_IFREG | 0o644}}, none,
 			map[string]Kind{}},
 		{"edited on both: container wins until writeback (D7)", []hostpath.Entry{f2new}, []Local{synced(f2)},
 			func(n string) bool { return n == "edited" }, map[string]Kind{}},

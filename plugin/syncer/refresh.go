@@ -536,7 +536,7 @@ func (r *Refresher) scanDir(dir string) (dirScan, error) {
 	}
 	local := make([]Local, len(entries))
 	for i, e := range entries {
-		b, ok := r.store.Base(join(dir, e.Name))
+		b, ok := r.store.EntryBase(join(dir, e.Name), e.Stat.Mode)
 		local[i] = Local{Name: e.Name, Mode: e.Stat.Mode, Base: b, HasBase: ok}
 	}
 	skipped := false // an entry left alone: the directory is not in sync
@@ -617,12 +617,13 @@ func (r *Refresher) apply(dir string, a Action) error {
 		case Delete:
 			return r.mnt.RemoveAll(rel)
 		case Replace:
-			if err := r.mnt.RemoveAll(rel); err != nil {
-				return err
-			}
-			return r.create(rel, &a.Host)
+			return r.replace(rel, &a.Host)
 		default:
-			if changed, err := r.store.RefreshEntry(rel); err != nil || !changed {
+			changed, err := r.store.RefreshEntry(rel)
+			if errors.Is(err, store.ErrRetargeted) {
+				return r.replace(rel, &a.Host)
+			}
+			if err != nil || !changed {
 				return err
 			}
 			r.inval.Invalidate(rel, true, false)
@@ -632,6 +633,14 @@ func (r *Refresher) apply(dir string, a Action) error {
 			return nil
 		}
 	})
+}
+
+// replace removes rel and makes it again from the host's, through the mount.
+func (r *Refresher) replace(rel string, st *unix.Stat_t) error {
+	if err := r.mnt.RemoveAll(rel); err != nil {
+		return err
+	}
+	return r.create(rel, st)
 }
 
 // create makes rel through the mount; the store's host-origin handlers
