@@ -164,6 +164,97 @@ func TestD4_XattrsReachHost(t *testing.T) {
 	}
 }
 
+// rule D4 (nothing the container did not change is lost): a file written
+// back whole goes through a new host file renamed over the old one, and
+// the store does not hold the host's xattrs (a populate does not copy
+// them). The host's xattrs must outlive it, beside the container's own.
+// Before, a container's write to a file took all its host xattrs away:
+// "host x after the writeback: user.host = "", no data available".
+func TestD4_HostXattrsOutliveTheContainersWrite(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			r := newRig(t, st, func(h string) {
+				writeFile(t, filepath.Join(h, "x"), "host content")
+				if err := unix.Setxattr(filepath.Join(h, "x"), "user.host", []byte("h"), 0); err != nil {
+					t.Skipf("setxattr on the source: %v", err)
+				}
+			})
+			if got := readFile(t, r.mntPath("x")); got != "host content" {
+				t.Fatal(got)
+			}
+			writeFile(t, r.mntPath("x"), "the container's")
+			if err := unix.Setxattr(r.mntPath("x"), "user.container", []byte("c"), 0); err != nil {
+				t.Fatal(err)
+			}
+			r.flush(t)
+			if got := readFile(t, r.hostPath("x")); got != "the container's" {
+				t.Fatalf("host x: %q", got)
+			}
+			hostXattr(t, r, "x", "user.host", "h")
+			hostXattr(t, r, "x", "user.container", "c")
+		})
+	}
+}
+
+// rule D4: an xattr the container removes is removed on the host by the
+// writeback, whichever way the entry is written back: a file written back
+// whole (the new host file must not get it back from the old one), a host
+// file whose content the container never read (only its attributes go
+// back), a directory. Before, only the first: "host f has user.c = "1"
+// after the container removed it".
+func TestD4_AnXattrTheContainerRemovedLeavesTheHost(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			r := newRig(t, st, func(h string) {
+				writeFile(t, filepath.Join(h, "f"), "never read")
+				if err := os.Mkdir(filepath.Join(h, "d"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := unix.Setxattr(filepath.Join(h, "f"), "user.probe", []byte("1"), 0); err != nil {
+					t.Skipf("setxattr on the source: %v", err)
+				}
+			})
+			writeFile(t, r.mntPath("w"), "written")
+			names := []string{"w", "f", "d"}
+			for _, n := range names {
+				if err := unix.Setxattr(r.mntPath(n), "user.c", []byte("1"), 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.flush(t)
+			for _, n := range names {
+				hostXattr(t, r, n, "user.c", "1")
+			}
+			for _, n := range names {
+				if err := unix.Removexattr(r.mntPath(n), "user.c"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			writeFile(t, r.mntPath("w"), "written again")
+			r.flush(t)
+			for _, n := range names {
+				hostXattr(t, r, n, "user.c", "")
+			}
+			hostXattr(t, r, "f", "user.probe", "1")
+		})
+	}
+}
+
+// hostXattr fails t unless the host's rel has xattr name with value want
+// ("": none).
+func hostXattr(t *testing.T, r *rig, rel, name, want string) {
+	t.Helper()
+	buf := make([]byte, 64)
+	n, err := unix.Getxattr(r.hostPath(rel), name, buf)
+	got := string(buf[:max(n, 0)])
+	if want == "" && !errors.Is(err, unix.ENODATA) {
+		t.Fatalf("host %s has %s = %q (%v) after the container removed it", rel, name, got, err)
+	}
+	if want != "" && (err != nil || got != want) {
+		t.Fatalf("host %s after the writeback: %s = %q, %v; want %q", rel, name, got, err, want)
+	}
+}
+
 // rule D7 (a conflict is a host change): the container renames a new file
 // over one the host has and nobody changed on the host. The writeback must
 // replace it, with no conflict copy; the replaced entry's base is lost in

@@ -676,9 +676,15 @@ func (s *Store) Setxattr(ctx context.Context, rel, name string, data []byte, fla
 		return unix.EPERM
 	}
 	defer s.lockShared(ctx)()
-	return s.do(s.routeFor(ctx), []string{rel},
+	r := s.routeFor(ctx)
+	return s.do(r, []string{rel},
 		func() error { return s.host.Setxattr(rel, name, data, flags) },
-		func() error { return s.local.Setxattr(rel, name, data, flags) })
+		func() error {
+			if err := s.local.Setxattr(rel, name, data, flags); err != nil || r != routeJournal {
+				return err
+			}
+			return s.noteXattrRemoved(rel, name, false)
+		})
 }
 
 // Removexattr removes a container-visible extended attribute.
@@ -690,9 +696,17 @@ func (s *Store) Removexattr(ctx context.Context, rel, name string) error {
 		return unix.ENODATA
 	}
 	defer s.lockShared(ctx)()
-	return s.do(s.routeFor(ctx), []string{rel},
+	r := s.routeFor(ctx)
+	return s.do(r, []string{rel},
 		func() error { return s.host.Removexattr(rel, name) },
-		func() error { return s.local.Removexattr(rel, name) })
+		func() error {
+			if err := s.local.Removexattr(rel, name); err != nil || r != routeJournal {
+				return err
+			}
+			// The host may have it from an earlier writeback: the next
+			// one removes it there too (putRemovedXattrs).
+			return s.noteXattrRemoved(rel, name, true)
+		})
 }
 
 // Getxattr reads a container-visible extended attribute.

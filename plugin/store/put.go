@@ -131,6 +131,11 @@ func (s *Store) putEntry(ctx context.Context, rel string) error {
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR || isSpecial(st.Mode) {
 		s.putAttrs(rel, &st, have)
 	}
+	if k := st.Mode & unix.S_IFMT; k == unix.S_IFREG || k == unix.S_IFDIR {
+		if err := s.putRemovedXattrs(rel); err != nil {
+			return fmt.Errorf("writeback %q: %w", rel, err)
+		}
+	}
 	if written == nil {
 		if hst, err := s.host.Lstat(rel); err == nil {
 			written = &hst
@@ -442,6 +447,9 @@ func (s *Store) putWhole(rel string, st *unix.Stat_t, exists bool, hst *unix.Sta
 	dst, err := s.host.OpenFile(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, st.Mode&07777)
 	if err != nil {
 		return nil, err
+	}
+	if exists && hst.Mode&unix.S_IFMT == unix.S_IFREG {
+		s.keepHostXattrs(rel, tmp, src)
 	}
 	written, err := s.fillHostFile(dst, src, rel, st)
 	if err != nil {

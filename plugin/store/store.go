@@ -49,6 +49,7 @@ const (
 	xattrStub      = XattrPrefix + "stub"      // file: content not fetched from the host yet
 	xattrPopulated = XattrPrefix + "populated" // dir: host entries have been listed into it
 	xattrBase      = XattrPrefix + "base"      // host attributes when last in sync (rule D7)
+	xattrRemoved   = XattrPrefix + "removed"   // xattr names the container removed, not yet from the host (removedXattrs)
 )
 
 // Config says what a Store serves and where it keeps it.
