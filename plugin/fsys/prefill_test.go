@@ -53,7 +53,7 @@ func newOneFileStore(t *testing.T, state consistency.State, content string) *sto
 
 // newStoreOver opens a store in state over a new host folder that setup
 // fills (or mounts something on) first. Tests that mount it need root.
-func newStoreOver(t *testing.T, state consistency.State, setup func(host string)) *store.Store {
+func newStoreOver(t testing.TB, state consistency.State, setup func(host string)) *store.Store {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("mount tests need root")
