@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -570,6 +571,62 @@ func TestD2_FsyncOfALargeFileWrittenInPlacesReachesHost(t *testing.T) {
 			}
 		}
 		f.Close()
+	}
+}
+
+// Rule D2 (and D3's flush) for a file renamed while open for writing, as
+// a database recycles its log files: each fsync puts what was written
+// before it on the host under the file's new name, and so does a flush
+// while it is still open. A writer the kernel serves by passthrough holds
+// the name it opened dirty in the journal, and its writes reach the plugin
+// only through that hold, which stayed on the old name: once the new name
+// had been written back, an fsync wrote nothing more ("fsync 1 after the
+// rename: the host's b lacks what was written").
+func TestD2_AFileRenamedWhileOpenForWritingIsWrittenBackAtEachFsync(t *testing.T) {
+	for _, flags := range []int{os.O_WRONLY, os.O_RDWR} {
+		t.Run(fmt.Sprintf("flags %#x", flags), func(t *testing.T) {
+			r := newRig(t, consistency.Delegated, nil)
+			want := bytes.Repeat([]byte("0123456789abcdef"), 4096)
+			f, err := os.OpenFile(r.mntPath("a"), flags|os.O_CREATE, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close() // also when the test fails: an open file keeps the mount busy
+			write := func(i int) {
+				t.Helper()
+				p := bytes.Repeat([]byte{byte('A' + i)}, 100)
+				copy(want[i*1000:], p)
+				if _, err := f.WriteAt(p, int64(i*1000)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := f.WriteAt(want, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(r.mntPath("a"), r.mntPath("b")); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				write(i)
+				if err := f.Sync(); err != nil {
+					t.Fatalf("fsync %d: %v", i, err)
+				}
+				if got := readFile(t, r.hostPath("b")); got != string(want) {
+					t.Fatalf("fsync %d after the rename: the host's b lacks what was written", i)
+				}
+			}
+			write(3)
+			r.flush(t)
+			if got := readFile(t, r.hostPath("b")); got != string(want) {
+				t.Fatal("a flush with the file still open: the host's b lacks what was written")
+			}
+			if _, err := os.Lstat(r.hostPath("a")); !os.IsNotExist(err) {
+				t.Fatalf("the host's a after the rename's writeback: %v; want it gone", err)
+			}
+		})
 	}
 }
 

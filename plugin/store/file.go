@@ -33,7 +33,10 @@ type File struct {
 
 	unbusy func() // ends the host refresh's hands-off for a cached writer
 	held   string // delegated: the path Hold was taken on at the first write ("" if none)
-	name   string // the path it was opened or created under
+	// heldRenames is the store's rename count when the hold was taken
+	// (heldWriters): the file cannot have been renamed while it stays so.
+	heldRenames uint64
+	name        string // the path it was opened or created under
 
 	// kept: local is a Kept file's, shared with other handles and closed
 	// by the Kept (see OpenKept). localIsHost: local is the host file (a
@@ -362,7 +365,6 @@ func (f *File) sync(ctx context.Context, dataOnly bool) error {
 func (f *File) Release() error {
 	f.mu.Lock()
 	held := f.held
-	f.held = ""
 	f.mu.Unlock()
 	if f.kernelWrites {
 		f.kernelWrites = false
@@ -377,6 +379,12 @@ func (f *File) Release() error {
 			}
 		}
 		f.s.queue.Release(held)
+		// Only now: a flush until here must still find the file, and mark
+		// its new name dirty itself (heldWriters).
+		f.s.heldWriters.remove(f)
+		f.mu.Lock()
+		f.held = ""
+		f.mu.Unlock()
 	}
 	switch {
 	case f.servedFromHost && f.host != nil:
@@ -470,6 +478,7 @@ func (f *File) BeginWrite(ctx context.Context) error {
 		return fmt.Errorf("journal %q: %w", rel, err)
 	}
 	f.held = rel
+	f.heldRenames = f.s.heldWriters.add(f)
 	return nil
 }
 

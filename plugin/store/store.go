@@ -143,6 +143,8 @@ type Store struct {
 
 	kept keptSet // store files kept open between read-only opens (OpenKept)
 
+	heldWriters heldWriters // files holding their path dirty (File.BeginWrite)
+
 	// Metrics (see Stats), counted where the work happens.
 	hits         atomic.Int64 // opens served from content already local (countHit)
 	writtenBytes atomic.Int64 // file content written back to the host (countWrittenBytes)
@@ -278,7 +280,11 @@ func (s *Store) Flush(ctx context.Context, rels ...string) error {
 	if s.queue == nil {
 		return nil
 	}
-	return s.queue.Flush(ctx, wholeIfNone(rels)...)
+	rels = wholeIfNone(rels)
+	if err := s.heldWriters.markRenamed(s.queue, rels); err != nil {
+		return err
+	}
+	return s.queue.Flush(ctx, rels...)
 }
 
 // wholeIfNone is rels, or the whole source ("") when there are none.
@@ -316,6 +322,9 @@ func (s *Store) sync(ctx context.Context, dataOnly bool, rels []string) error {
 	rels = wholeIfNone(rels)
 	w := s.fsyncs.wait(rels, dataOnly)
 	defer s.fsyncs.done(w)
+	if err := s.heldWriters.markRenamed(s.queue, rels); err != nil {
+		return err
+	}
 	if err := s.queue.Flush(ctx, rels...); err != nil {
 		return err
 	}
