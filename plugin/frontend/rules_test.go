@@ -581,7 +581,9 @@ func TestD2_FsyncOfALargeFileWrittenInPlacesReachesHost(t *testing.T) {
 // the name it opened dirty in the journal, and its writes reach the plugin
 // only through that hold, which stayed on the old name: once the new name
 // had been written back, an fsync wrote nothing more ("fsync 1 after the
-// rename: the host's b lacks what was written").
+// rename: the host's b lacks what was written"), and nothing in the
+// journal named the file (a crash lost its writes). The hold now follows
+// the file (store.Renamed).
 func TestD2_AFileRenamedWhileOpenForWritingIsWrittenBackAtEachFsync(t *testing.T) {
 	for _, flags := range []int{os.O_WRONLY, os.O_RDWR} {
 		t.Run(fmt.Sprintf("flags %#x", flags), func(t *testing.T) {
@@ -622,6 +624,13 @@ func TestD2_AFileRenamedWhileOpenForWritingIsWrittenBackAtEachFsync(t *testing.T
 			r.flush(t)
 			if got := readFile(t, r.hostPath("b")); got != string(want) {
 				t.Fatal("a flush with the file still open: the host's b lacks what was written")
+			}
+			// The file is still open for writing: what its writer writes
+			// next must be in the journal, under the name it has now (a
+			// crash would otherwise lose it: the plugin sees no write of a
+			// passthrough writer).
+			if st := r.front.(*storeFront).ost.st; flags == os.O_WRONLY && !st.IsDirty("b") {
+				t.Fatal("b, open for writing by passthrough, is not journaled after a flush: a crash would lose its next writes")
 			}
 			if _, err := os.Lstat(r.hostPath("a")); !os.IsNotExist(err) {
 				t.Fatalf("the host's a after the rename's writeback: %v; want it gone", err)

@@ -106,7 +106,7 @@ func New(st *store.Store, mountpoint string, o Options) (*Mount, error) {
 			DisableXAttrs: !st.HostTakesXattrs(),
 		},
 	}
-	var raw fuse.RawFileSystem = newListingFS(newReleaseFS(fs.NewNodeFS(root, opts), &fsys.releases))
+	var raw fuse.RawFileSystem = newListingFS(newAfterBridgeFS(fs.NewNodeFS(root, opts), fsys))
 	if o.ReadOnly {
 		raw = newReadOnlyFS(raw, fsys)
 	}
@@ -220,7 +220,7 @@ type filesystem struct {
 	open   map[*handle]struct{}
 
 	// releases holds each handle's kind uncount until the bridge has
-	// finished its RELEASE (releaseFS).
+	// finished its RELEASE (afterBridgeFS).
 	releases bridgeReleases
 
 	// contentGen counts the changes to files' content made other than

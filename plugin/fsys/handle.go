@@ -91,7 +91,7 @@ func (f *filesystem) newHandle(ctx context.Context, n *node, file *store.File, f
 	switch {
 	case n.ptOpens > 0:
 		// Open by passthrough (or not yet released by the bridge,
-		// releaseFS): the bridge answers this open with passthrough on
+		// afterBridgeFS): the bridge answers this open with passthrough on
 		// the same backing file whatever the handle says (the kernel
 		// refuses an ordinary open of an inode open by passthrough), so
 		// it is one. (An O_RDWR open made now has its msync served from
@@ -308,7 +308,7 @@ const fsyncDataOnly = 1
 // from the host has its store copy marked stale in file.Release, and an
 // open that no longer joins this one (the counts at zero) must find it so.
 // The handle's kind stays counted until the bridge has dropped its
-// passthrough backing file (releaseFS): until then, the kernel serves a
+// passthrough backing file (afterBridgeFS): until then, the kernel serves a
 // new open of the inode by passthrough whatever the plugin decides.
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	if testHookDropRelease != nil && testHookDropRelease() {

@@ -19,7 +19,7 @@ import (
 // host. (Seen in CI, once: TestD2_FsyncOfALargeFileWrittenInPlacesReachesHost,
 // "fsync 1: the host file differs".) Cached: the kernel writes the host
 // file, and the store copy must not keep what was there before. Without
-// releaseFS: "fsync 1 returned, the host file lacks the write" (delegated)
+// afterBridgeFS: "fsync 1 returned, the host file lacks the write" (delegated)
 // and "a read after the writers' release: the file lacks the writes" (cached).
 func TestD2_C3_AnOpenRacingAPassthroughWritersReleaseIsServedAsOne(t *testing.T) {
 	// Set before the mounts (their server goroutines read it), armed later.

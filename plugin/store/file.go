@@ -363,29 +363,24 @@ func (f *File) sync(ctx context.Context, dataOnly bool) error {
 // Release closes the file. A cached file records the host's attributes as
 // its base now that our own writes are done.
 func (f *File) Release() error {
-	f.mu.Lock()
-	held := f.held
-	f.mu.Unlock()
 	if f.kernelWrites {
 		f.kernelWrites = false
 		f.s.ranges.kernelWriter(f.storeIno(), -1)
 	}
-	if held != "" {
-		// Renamed while open: the writes went to the file under its new name,
-		// which the hold did not follow.
+	f.mu.Lock() // against a hold moved meanwhile (heldWriters.followRenames)
+	if held := f.held; held != "" {
+		// Renamed while open, and the hold not moved yet: the writes went
+		// to the file under its new name.
 		if cur, ok := f.rel(); ok && cur != held {
 			if err := f.s.queue.MarkDirty(cur); err != nil {
 				f.s.log.Error("journal a file renamed while open", "path", cur, "err", err)
 			}
 		}
 		f.s.queue.Release(held)
-		// Only now: a flush until here must still find the file, and mark
-		// its new name dirty itself (heldWriters).
 		f.s.heldWriters.remove(f)
-		f.mu.Lock()
 		f.held = ""
-		f.mu.Unlock()
 	}
+	f.mu.Unlock()
 	switch {
 	case f.servedFromHost && f.host != nil:
 		f.restub()

@@ -496,9 +496,6 @@ func (s *Store) Rename(ctx context.Context, oldRel, newRel string, flags uint32)
 	if r == routeLocal {
 		return s.local.Rename(oldRel, newRel, uint(flags))
 	}
-	if r == routeJournal {
-		s.heldWriters.renaming() // before: a flush after the rename must look
-	}
 	if r == routeJournal && s.renamesLocally(oldRel, newRel, flags) {
 		defer s.lockShared(ctx)()
 		return s.do(r, []string{oldRel, newRel}, nil,

@@ -281,7 +281,7 @@ func (s *Store) Flush(ctx context.Context, rels ...string) error {
 		return nil
 	}
 	rels = wholeIfNone(rels)
-	if err := s.heldWriters.markRenamed(s.queue, rels); err != nil {
+	if err := s.heldWriters.followRenames(s.queue); err != nil {
 		return err
 	}
 	return s.queue.Flush(ctx, rels...)
@@ -322,7 +322,7 @@ func (s *Store) sync(ctx context.Context, dataOnly bool, rels []string) error {
 	rels = wholeIfNone(rels)
 	w := s.fsyncs.wait(rels, dataOnly)
 	defer s.fsyncs.done(w)
-	if err := s.heldWriters.markRenamed(s.queue, rels); err != nil {
+	if err := s.heldWriters.followRenames(s.queue); err != nil {
 		return err
 	}
 	if err := s.queue.Flush(ctx, rels...); err != nil {

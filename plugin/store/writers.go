@@ -2,7 +2,6 @@ package store
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -12,16 +11,17 @@ import (
 // heldWriters are the delegated files open for writing that hold their
 // path dirty in the journal (File.BeginWrite) until their release.
 //
-// The hold is on the name the file had when it was taken. The kernel's
-// writes by passthrough are never announced, so the hold is what makes a
-// flush write such a file back (writeback.Queue.Flush: a held path takes a
-// writeback that starts after the flush). A file renamed while open leaves
-// its hold on the old name, and its new name, once written back, is clean:
-// an fsync or a flush then wrote nothing of what the kernel wrote since, and
-// the next writeback came at the file's release. (Found by a model test of
-// a database file: written, renamed and fsynced at random.) So a flush
-// first marks dirty the current name of every such file beneath what it
-// flushes (markRenamed).
+// The kernel's writes by passthrough are never announced, so the hold is
+// what keeps such a file's path in the journal (across a crash) and what
+// makes a flush write it back (writeback.Queue.Flush: a held path takes a
+// writeback that starts after the flush). A hold is on a name, and a file
+// renamed while open left it on the old one: its new name, once written
+// back, was clean, so an fsync or a flush wrote nothing the kernel wrote
+// since, and a crash lost it from the journal. (Found by a model test of a
+// database file: written, renamed and fsynced at random.) So holds follow
+// renames (followRenames): after each rename through the mount
+// (Store.Renamed), and at the start of each flush, for one that lands
+// while the flush starts.
 //
 // Finding a file's current name walks the node tree, and an fsync of a
 // database's file must not pay that for each of its other open files: the
@@ -30,7 +30,7 @@ import (
 type heldWriters struct {
 	mu      sync.Mutex
 	files   map[*File]struct{}
-	renames atomic.Uint64 // delegated renames begun so far (renaming)
+	renames atomic.Uint64 // renames through the mount done so far (Store.Renamed)
 }
 
 // add registers f, whose hold is being taken, and returns the rename
@@ -45,19 +45,30 @@ func (w *heldWriters) add(f *File) uint64 {
 	return w.renames.Load()
 }
 
-// renaming counts a rename about to be made.
-func (w *heldWriters) renaming() { w.renames.Add(1) }
-
+// remove unregisters f, whose hold is released. f.mu held.
 func (w *heldWriters) remove(f *File) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.files, f)
 }
 
-// markRenamed marks dirty in q the current name of each held file renamed
-// since it took its hold, where that name is one of prefixes or beneath
-// one ("" is everything).
-func (w *heldWriters) markRenamed(q *writeback.Queue, prefixes []string) error {
+// Renamed is called after a rename through the mount once the node tree
+// has the new name (fsys calls it when the bridge is done with RENAME: the
+// file's current name, File.rel, comes from that tree). It moves the holds
+// of the files the rename moved.
+func (s *Store) Renamed() error {
+	if s.queue == nil {
+		return nil
+	}
+	s.heldWriters.renames.Add(1)
+	return s.heldWriters.followRenames(s.queue)
+}
+
+// followRenames moves the hold of each file renamed since it took it to
+// the name it has now: held there (Hold journals it dirty first), then
+// released on the old name (whose writeback takes the old name away on the
+// host, as the rename does).
+func (w *heldWriters) followRenames(q *writeback.Queue) error {
 	renames := w.renames.Load()
 	w.mu.Lock()
 	files := make([]*File, 0, len(w.files))
@@ -66,29 +77,32 @@ func (w *heldWriters) markRenamed(q *writeback.Queue, prefixes []string) error {
 	}
 	w.mu.Unlock()
 	for _, f := range files {
-		f.mu.Lock()
-		held, since := f.held, f.heldRenames
-		f.mu.Unlock()
-		if since == renames {
-			continue // no rename since its hold
-		}
-		cur, ok := f.rel()
-		if !ok || held == "" || cur == held || !underAny(cur, prefixes) {
-			continue
-		}
-		if err := q.MarkDirty(cur); err != nil {
-			return fmt.Errorf("journal %q: %w", cur, err)
+		if err := f.followRename(q, renames); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// underAny reports whether rel is one of prefixes or beneath one.
-func underAny(rel string, prefixes []string) bool {
-	for _, p := range prefixes {
-		if p == "" || rel == p || strings.HasPrefix(rel, p+"/") {
-			return true
-		}
+// followRename is followRenames for f; renames is the count it was called
+// at.
+func (f *File) followRename(q *writeback.Queue, renames uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.held == "" || f.heldRenames == renames {
+		return nil // released, or not renamed since its hold
 	}
-	return false
+	cur, ok := f.rel()
+	if !ok || cur == f.held {
+		// Unlinked (its old name keeps the hold: the journal writes back
+		// its removal), or renamed back.
+		f.heldRenames = renames
+		return nil
+	}
+	if err := q.Hold(cur); err != nil {
+		return fmt.Errorf("journal %q: %w", cur, err)
+	}
+	q.Release(f.held)
+	f.held, f.heldRenames = cur, renames
+	return nil
 }

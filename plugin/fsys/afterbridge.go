@@ -7,12 +7,12 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// releaseFS runs, after the node bridge has served a RELEASE, what the
-// plugin may only do once the bridge is done with the handle.
+// afterBridgeFS runs what the plugin may only do once the node bridge has
+// served a request itself, after the node's method returned.
 //
-// The bridge calls handle.Release and only then drops the handle's
-// reference on its inode's passthrough backing file. Until it has, it
-// answers every new OPEN of the inode with FOPEN_PASSTHROUGH on that
+// RELEASE: the bridge calls handle.Release and only then drops the
+// handle's reference on its inode's passthrough backing file. Until it has,
+// it answers every new OPEN of the inode with FOPEN_PASSTHROUGH on that
 // backing file, whatever the new handle says (the kernel refuses an
 // ordinary open of an inode open by passthrough). So the plugin must not
 // take the inode for one without passthrough opens before then: newHandle
@@ -21,20 +21,38 @@ import (
 // served by the kernel from the store file itself. The plugin then never
 // saw its writes, never journaled them, and its fsync wrote nothing back
 // (rule D2; the writes were also lost to a crash). handle.Release hands
-// the uncount of its kind to bridgeReleases, and releaseFS runs it when
-// the bridge returns.
-type releaseFS struct {
+// the uncount of its kind to bridgeReleases, and afterBridgeFS runs it
+// when the bridge returns.
+//
+// RENAME: the bridge moves the node in its tree, from which a file's
+// current name is read (node.rel), after node.Rename returns. The store's
+// journal holds of files open for writing follow them to their new names
+// (store.Renamed) once it has.
+type afterBridgeFS struct {
 	fuse.RawFileSystem // the node bridge
-	releases           *bridgeReleases
+	fs                 *filesystem
 }
 
-func newReleaseFS(bridge fuse.RawFileSystem, releases *bridgeReleases) *releaseFS {
-	return &releaseFS{RawFileSystem: bridge, releases: releases}
+func newAfterBridgeFS(bridge fuse.RawFileSystem, fs *filesystem) *afterBridgeFS {
+	return &afterBridgeFS{RawFileSystem: bridge, fs: fs}
 }
 
-func (r *releaseFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
-	r.RawFileSystem.Release(cancel, in)
-	r.releases.done(cancel)
+func (a *afterBridgeFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	a.RawFileSystem.Release(cancel, in)
+	a.fs.releases.done(cancel)
+}
+
+func (a *afterBridgeFS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
+	status := a.RawFileSystem.Rename(cancel, in, oldName, newName)
+	if status == fuse.OK {
+		if err := a.fs.store.Renamed(); err != nil {
+			// The journal refused a record: the writes of a file renamed
+			// while open are still journaled under its old name, and
+			// written back at its release.
+			a.fs.log.Error("journal a file renamed while open", "err", err)
+		}
+	}
+	return status
 }
 
 // bridgeReleases holds what is to run once the bridge has finished a
