@@ -842,10 +842,9 @@ func TestC5_D6_AHostSymlinkChangeArrivesAfterARestart(t *testing.T) {
 	}
 }
 
-// restartRig closes r's front and its store, as a plugin going away does,
-// and opens the same volume again with a new Opener on the same state
-// directory, as the next run does.
-func restartRig(t *testing.T, r *rig) *rig {
+// stopRig closes r's front and its stores, as a plugin going away does
+// (one Opener at a time may have a store's journal).
+func stopRig(t *testing.T, r *rig) {
 	t.Helper()
 	if err := r.front.Close(bg()); err != nil {
 		t.Fatal(err)
@@ -858,6 +857,14 @@ func restartRig(t *testing.T, r *rig) *rig {
 		r.o.closeStore(k, s)
 	}
 	r.o.mu.Unlock()
+}
+
+// restartRig closes r's front and its store, as a plugin going away does,
+// and opens the same volume again with a new Opener on the same state
+// directory, as the next run does.
+func restartRig(t *testing.T, r *rig) *rig {
+	t.Helper()
+	stopRig(t, r)
 	o := New(r.o.cfg)
 	f, err := o.Open(bg(), r.spec)
 	if err != nil {

@@ -329,17 +329,7 @@ func TestD4_JournaledChangesSurviveRestart(t *testing.T) {
 	o2 := New(r.o.cfg)
 	exec.Command("chattr", "-i", r.hostPath("out")).Run()
 	// The old one must let go of the store first (one writer per journal).
-	if err := r.front.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	r.o.mu.Lock()
-	for k, s := range r.o.stores {
-		if s.drain != nil {
-			s.drain()
-		}
-		r.o.closeStore(k, s)
-	}
-	r.o.mu.Unlock()
+	stopRig(t, r)
 	if err := o2.Resume(context.Background(), r.spec); err != nil {
 		t.Fatal(err)
 	}
