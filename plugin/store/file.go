@@ -33,8 +33,9 @@ type File struct {
 
 	unbusy func() // ends the host refresh's hands-off for a cached writer
 	held   string // delegated: the path Hold was taken on at the first write ("" if none)
-	// heldRenames is the store's rename count when the hold was taken
-	// (heldWriters): the file cannot have been renamed while it stays so.
+	// heldRenames is the store's rename count when the hold was taken or
+	// last looked at (heldWriters): while the count stays so, the file
+	// cannot have been renamed.
 	heldRenames uint64
 	name        string // the path it was opened or created under
 
