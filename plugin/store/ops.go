@@ -725,25 +725,18 @@ func (s *Store) Listxattr(rel string) ([]byte, error) {
 	if !s.HostTakesXattrs() {
 		return nil, unix.EOPNOTSUPP
 	}
-	buf := make([]byte, 4096)
-	for {
-		n, err := s.local.Listxattr(rel, buf)
-		if errors.Is(err, unix.ERANGE) {
-			buf = make([]byte, 2*len(buf))
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		var out []byte
-		for _, name := range splitNames(buf[:n]) {
-			if !IsPrivateXattr(name) {
-				out = append(out, name...)
-				out = append(out, 0)
-			}
-		}
-		return out, nil
+	names, err := listXattrs(func(b []byte) (int, error) { return s.local.Listxattr(rel, b) })
+	if err != nil {
+		return nil, err
 	}
+	var out []byte
+	for _, name := range splitNames(names) {
+		if !IsPrivateXattr(name) {
+			out = append(out, name...)
+			out = append(out, 0)
+		}
+	}
+	return out, nil
 }
 
 func splitNames(b []byte) []string {

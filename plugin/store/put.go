@@ -448,8 +448,9 @@ func (s *Store) putWhole(rel string, st *unix.Stat_t, exists bool, hst *unix.Sta
 	if err != nil {
 		return nil, err
 	}
+	var removed []string // xattrs the container removed, which tmp never gets
 	if exists && hst.Mode&unix.S_IFMT == unix.S_IFREG {
-		s.keepHostXattrs(rel, tmp, src)
+		removed = s.keepHostXattrs(rel, tmp, src)
 	}
 	written, err := s.fillHostFile(dst, src, rel, st)
 	if err != nil {
@@ -461,6 +462,10 @@ func (s *Store) putWhole(rel string, st *unix.Stat_t, exists bool, hst *unix.Sta
 	}
 	if err := s.host.Rename(tmp, rel, 0); err != nil {
 		s.host.Remove(tmp)
+		return nil, err
+	}
+	// Gone from the host with the old file: putEntry need not remove them.
+	if err := s.forgetRemovedXattrs(rel, removed); err != nil {
 		return nil, err
 	}
 	return written, nil

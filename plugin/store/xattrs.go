@@ -77,20 +77,26 @@ func (s *Store) setRemovedXattrs(rel string, names []string) error {
 }
 
 // putRemovedXattrs removes from the host entry rel the names the container
-// removed, and then forgets those names (a name removed again meanwhile
-// stays recorded only if it was set in between: see noteXattrRemoved).
+// removed, and then forgets them.
 func (s *Store) putRemovedXattrs(rel string) error {
 	if !s.HostTakesXattrs() {
 		return nil
 	}
 	names := s.removedXattrs(rel)
-	if len(names) == 0 {
-		return nil
-	}
 	for _, name := range names {
 		if err := ignoreENODATA(s.host.Removexattr(rel, name)); err != nil {
 			return fmt.Errorf("remove xattr %s: %w", name, err)
 		}
+	}
+	return s.forgetRemovedXattrs(rel, names)
+}
+
+// forgetRemovedXattrs drops names, now gone from the host, from what
+// noteXattrRemoved recorded for rel (a name removed again meanwhile stays
+// recorded only if it was set in between).
+func (s *Store) forgetRemovedXattrs(rel string, names []string) error {
+	if len(names) == 0 {
+		return nil
 	}
 	defer s.baseLocks.Lock(rel)()
 	left := slices.DeleteFunc(s.removedXattrs(rel), func(n string) bool { return slices.Contains(names, n) })
@@ -100,30 +106,33 @@ func (s *Store) putRemovedXattrs(rel string) error {
 // keepHostXattrs copies to the new host file tmp, which is to replace the
 // host file rel, the xattrs of rel that the store file src does not have
 // and that the container did not remove. The store's own go after
-// (finishHostFile), and win.
-func (s *Store) keepHostXattrs(rel, tmp string, src *os.File) {
+// (finishHostFile), and win. It returns the removed names it left out:
+// once tmp replaces rel, the host has none of them (forgetRemovedXattrs).
+func (s *Store) keepHostXattrs(rel, tmp string, src *os.File) (removed []string) {
 	if !s.HostTakesXattrs() {
-		return
+		return nil
 	}
-	host, err := s.listXattrs(func(b []byte) (int, error) { return s.host.Listxattr(rel, b) })
+	removed = s.removedXattrs(rel)
+	host, err := listXattrs(func(b []byte) (int, error) { return s.host.Listxattr(rel, b) })
 	if err != nil || len(host) == 0 {
-		return
+		return removed
 	}
-	local, _ := s.listXattrs(func(b []byte) (int, error) { return unix.Flistxattr(int(src.Fd()), b) })
-	removed := s.removedXattrs(rel)
+	local, _ := listXattrs(func(b []byte) (int, error) { return unix.Flistxattr(int(src.Fd()), b) })
+	inStore := splitNames(local)
 	var keep []byte
 	for _, name := range splitNames(host) {
-		if !slices.Contains(splitNames(local), name) && !slices.Contains(removed, name) {
+		if !slices.Contains(inStore, name) && !slices.Contains(removed, name) {
 			keep = append(append(keep, name...), 0)
 		}
 	}
 	s.copyXattrs(rel, keep,
 		func(name string, buf []byte) (int, error) { return s.host.Getxattr(rel, name, buf) },
 		func(name string, val []byte) error { return s.host.Setxattr(tmp, name, val, 0) })
+	return removed
 }
 
 // listXattrs calls list (a listxattr) with a buffer that fits.
-func (s *Store) listXattrs(list func([]byte) (int, error)) ([]byte, error) {
+func listXattrs(list func([]byte) (int, error)) ([]byte, error) {
 	buf := make([]byte, 4096)
 	for {
 		n, err := list(buf)
