@@ -369,15 +369,14 @@ func (f *File) Release() error {
 		f.s.ranges.kernelWriter(f.storeIno(), -1)
 	}
 	f.mu.Lock() // against a hold moved meanwhile (heldWriters.followRenames)
-	if held := f.held; held != "" {
+	if f.held != "" {
 		// Renamed while open, and the hold not moved yet: the writes went
-		// to the file under its new name.
-		if cur, ok := f.rel(); ok && cur != held {
-			if err := f.s.queue.MarkDirty(cur); err != nil {
-				f.s.log.Error("journal a file renamed while open", "path", cur, "err", err)
-			}
+		// to the file under its new name, which the released hold leaves
+		// dirty.
+		if err := f.moveHold(f.s.queue, f.s.heldWriters.renames.Load()); err != nil {
+			f.s.log.Error("journal a file renamed while open", "path", f.held, "err", err)
 		}
-		f.s.queue.Release(held)
+		f.s.queue.Release(f.held)
 		f.s.heldWriters.remove(f)
 		f.held = ""
 	}

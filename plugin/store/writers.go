@@ -31,6 +31,9 @@ type heldWriters struct {
 	mu      sync.Mutex
 	files   map[*File]struct{}
 	renames atomic.Uint64 // renames through the mount done so far (Store.Renamed)
+	// followed is a rename count every held file had been looked at
+	// for: a flush with no rename since looks at none.
+	followed atomic.Uint64
 }
 
 // add registers f, whose hold is being taken, and returns the rename
@@ -70,6 +73,9 @@ func (s *Store) Renamed() error {
 // host, as the rename does).
 func (w *heldWriters) followRenames(q *writeback.Queue) error {
 	renames := w.renames.Load()
+	if w.followed.Load() == renames {
+		return nil // and a file held since has this count (add)
+	}
 	w.mu.Lock()
 	files := make([]*File, 0, len(w.files))
 	for f := range w.files {
@@ -81,6 +87,7 @@ func (w *heldWriters) followRenames(q *writeback.Queue) error {
 			return err
 		}
 	}
+	w.followed.Store(renames)
 	return nil
 }
 
@@ -89,6 +96,12 @@ func (w *heldWriters) followRenames(q *writeback.Queue) error {
 func (f *File) followRename(q *writeback.Queue, renames uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.moveHold(q, renames)
+}
+
+// moveHold is followRename with f.mu held (File.Release moves the hold
+// too, before it releases it).
+func (f *File) moveHold(q *writeback.Queue, renames uint64) error {
 	if f.held == "" || f.heldRenames == renames {
 		return nil // released, or not renamed since its hold
 	}
