@@ -225,7 +225,8 @@ func TestD4_LinksSurviveAWriteRightAfterTheLink(t *testing.T) {
 				t.Fatal(err)
 			}
 			if st1.Ino != st2.Ino || st1.Nlink != 2 {
-				t.Errorf("host h1, h2: inodes %d %d, h1 nlink %d; want one inode with 2 links", st1.Ino, st2.Ino, st1.Nlink)
+				t.Errorf("host h1, h2: inodes %d %d, h1 nlink %d; want one inode with 2 links; the host has: %s",
+					st1.Ino, st2.Ino, st1.Nlink, hostInodes(s.host(".")))
 			}
 			for _, p := range []string{"h1", "h2"} {
 				mustHost(t, s.host(p), "h\nmore\n")
@@ -242,4 +243,21 @@ func TestD4_LinksSurviveAWriteRightAfterTheLink(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hostInodes lists dir's entries with their inode numbers and link counts,
+// for a failure message: which names share a file.
+func hostInodes(dir string) string {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, e := range ents {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(filepath.Join(dir, e.Name()), &st); err == nil {
+			fmt.Fprintf(&b, "%s (inode %d, %d links) ", e.Name(), st.Ino, st.Nlink)
+		}
+	}
+	return b.String()
 }

@@ -32,6 +32,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -45,12 +46,29 @@ var ErrEscape = errors.New("path escapes the source")
 const resolveBeneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
 
 // Root is an open host directory beneath which all operations are confined.
-// It is safe for concurrent use.
+// It is safe for concurrent use, Close included: an operation that began
+// before Close finishes on the directory, and one that begins after it
+// fails with ErrClosed.
 type Root struct {
 	dir     string   // host path of the directory, for messages
-	fd      int      // O_PATH|O_DIRECTORY fd of the directory
+	fd      int      // O_PATH|O_DIRECTORY fd of the directory; closed once Close was called and no operation uses it
 	parents *parents // directories kept open between operations (nil: none; see KeepParents)
+
+	// uses is twice the number of operations using fd, plus closedBit once
+	// Close was called. The fd is closed by whichever of Close and the
+	// last such operation comes last, never while one uses it: a FUSE
+	// request still served when its volume goes away must not reach a
+	// descriptor the kernel has since given to another directory (another
+	// volume's source), beneath which it would then act.
+	uses      atomic.Int64
+	closeOnce sync.Once
 }
+
+// closedBit is set in Root.uses by Close.
+const closedBit = 1
+
+// ErrClosed is wrapped by the errors of operations on a Root after Close.
+var ErrClosed = errors.New("source closed")
 
 // Entry is one directory entry with its lstat.
 type Entry struct {
@@ -77,24 +95,59 @@ func Open(dir string) (*Root, error) {
 // Path is the host path the Root was opened with.
 func (r *Root) Path() string { return r.dir }
 
-// Fd is the O_PATH descriptor of the directory (valid until Close).
-func (r *Root) Fd() int { return r.fd }
+// Fd is the O_PATH descriptor of the directory, for a caller that uses it
+// before Close (a bind mount of the source); -1 once Close was called, so
+// that a stale Root is never mistaken for an open one.
+func (r *Root) Fd() int {
+	if r.uses.Load()&closedBit != 0 {
+		return -1
+	}
+	return r.fd
+}
 
-// Close releases the directory fd. Later calls return nil; Fd then reports -1
-// so that a stale Root is never mistaken for an open one.
+// Close releases the directory fd, at once or when the last operation using
+// it ends (see uses). Later calls return nil.
 func (r *Root) Close() error {
-	if r.fd < 0 {
-		return nil
-	}
-	fd := r.fd
-	r.fd = -1
-	if r.parents != nil {
-		r.parents.closeAll()
-	}
-	if err := unix.Close(fd); err != nil {
-		return &os.PathError{Op: "close root", Path: r.dir, Err: err}
+	if old := r.uses.Or(closedBit); old == 0 {
+		r.closeFd()
 	}
 	return nil
+}
+
+// acquire counts an operation as using fd, or reports ErrClosed.
+func (r *Root) acquire() error {
+	if r.uses.Add(2)&closedBit != 0 {
+		r.unuse()
+		// ENOTCONN, as the kernel answers for a FUSE mount whose server
+		// has gone.
+		return &errnoError{errno: unix.ENOTCONN, msg: ErrClosed.Error(), closed: true}
+	}
+	if testHookAcquired != nil {
+		testHookAcquired()
+	}
+	return nil
+}
+
+// testHookAcquired, if set (by tests), runs when an operation has begun to
+// use the Root's fd.
+var testHookAcquired func()
+
+// unuse ends an operation's use of fd (acquire).
+func (r *Root) unuse() {
+	if r.uses.Add(-2) == closedBit {
+		r.closeFd()
+	}
+}
+
+// closeFd closes the directory and the kept parents, once: Close and a last
+// unuse may both get here.
+func (r *Root) closeFd() {
+	r.closeOnce.Do(func() {
+		if r.parents != nil {
+			r.parents.closeAll()
+		}
+		unix.Close(r.fd)
+	})
 }
 
 // Clean validates rel and returns it in canonical form ("" for the root).
@@ -191,14 +244,18 @@ func (r *Root) linkErr(op, oldRel, newRel string, err error) error {
 type errnoError struct {
 	errno  unix.Errno
 	msg    string
-	escape bool
+	escape bool // wraps ErrEscape too
+	closed bool // wraps ErrClosed too
 }
 
 func (e *errnoError) Error() string { return e.msg + ": " + e.errno.Error() }
 
 func (e *errnoError) Unwrap() []error {
-	if e.escape {
+	switch {
+	case e.escape:
 		return []error{e.errno, ErrEscape}
+	case e.closed:
+		return []error{e.errno, ErrClosed}
 	}
 	return []error{e.errno}
 }
@@ -207,9 +264,13 @@ func (e *errnoError) Unwrap() []error {
 // component's name. A single-component rel (and "" for the Root itself,
 // named ".") is acted on directly from the Root's fd with no syscall; deeper
 // rels open their parent with openat2 beneath the Root, or take it from the
-// directories kept open (KeepParents). The caller must release the fd. rel
-// must be clean.
+// directories kept open (KeepParents). The caller must release the fd,
+// which also ends the operation's use of the Root (acquire). rel must be
+// clean.
 func (r *Root) parent(rel string) (int, string, error) {
+	if err := r.acquire(); err != nil {
+		return -1, "", err
+	}
 	i := strings.LastIndexByte(rel, '/')
 	if i < 0 {
 		if rel == "" {
@@ -226,6 +287,7 @@ func (r *Root) parent(rel string) (int, string, error) {
 		fd, err = openat2(r.fd, rel[:i], &how)
 	}
 	if err != nil {
+		r.unuse()
 		switch err {
 		case unix.ELOOP, unix.EXDEV:
 			// Not "too many links": openat2 met a symlink (or, for EXDEV,
@@ -238,9 +300,10 @@ func (r *Root) parent(rel string) (int, string, error) {
 }
 
 // release closes a parent fd from parent unless it is the Root's own or
-// one kept open.
+// one kept open, and ends the operation's use of the Root.
 func (r *Root) release(fd int) {
-	if fd == r.fd || fd < 0 {
+	defer r.unuse()
+	if fd == r.fd {
 		return
 	}
 	if r.parents != nil && r.parents.put(fd) {
@@ -938,7 +1001,11 @@ func (r *Root) openBeneath(rel string, flags int, mode uint32) (int, error) {
 		if flags&(unix.O_CREAT|unix.O_TMPFILE) != 0 {
 			how.Mode = uint64(mode & 0o7777)
 		}
+		if err := r.acquire(); err != nil {
+			return -1, err
+		}
 		fd, err := openat2(r.fd, rel, &how)
+		r.unuse()
 		if err != unix.ELOOP && err != unix.EXDEV {
 			return fd, err
 		}
