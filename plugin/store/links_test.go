@@ -368,3 +368,78 @@ func writeAsContainer(t *testing.T, s *Store, rel, content string) {
 		t.Fatal(err)
 	}
 }
+
+// rule D7 (and D4) for a file with several names: the host edits it and
+// the container writes it too. The container's version is written to every
+// name, in place (the names stay one file, as in the container), and the
+// host's version is kept aside as a copy. Renaming the host's file aside,
+// as for a file with one name, would take the file's other host names with
+// it: those names would keep the host's version and the name written back
+// would become a file of its own. A share that shows each name's attributes
+// from another moment (sshfs) can make this happen with no host edit at
+// all: a base taken through one name looks changed through the other
+// (integration TestD4_LinksSurviveAWriteRightAfterTheLink, flaky on it).
+func TestD7_AConflictOnALinkedFileKeepsItsLinks(t *testing.T) {
+	s := openTestStore(t, consistency.Delegated, func(h string) {
+		os.WriteFile(filepath.Join(h, "a"), []byte("v1"), 0o644)
+	})
+	ctx := context.Background()
+	if err := s.EnsurePopulated(""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Link(ctx, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	host := s.Host().Path()
+	name := func(n string) func() (string, bool) { return func() (string, bool) { return n, true } }
+	w, err := s.Open(ctx, "b", unix.O_WRONLY|unix.O_TRUNC, name("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.BeginWrite(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt(ctx, []byte("mine"), 0); err != nil {
+		t.Fatal(err)
+	}
+	// Meanwhile the host edits the file (through a; b is the same file
+	// there).
+	if err := os.WriteFile(filepath.Join(host, "a"), []byte("host's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Unix(1700000000, 0)
+	os.Chtimes(filepath.Join(host, "a"), old, old)
+	if err := w.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var sa, sb unix.Stat_t
+	if err := unix.Lstat(filepath.Join(host, "a"), &sa); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Lstat(filepath.Join(host, "b"), &sb); err != nil {
+		t.Fatal(err)
+	}
+	if sa.Ino != sb.Ino {
+		t.Errorf("host a and b are two files after the writeback (inodes %d, %d; a has %d links): the conflict cut the link", sa.Ino, sb.Ino, sa.Nlink)
+	}
+	for _, n := range []string{"a", "b"} {
+		if got, _ := os.ReadFile(filepath.Join(host, n)); string(got) != "mine" {
+			t.Errorf("host %s = %q after the writeback; want the container's %q", n, got, "mine")
+		}
+	}
+	asides, _ := filepath.Glob(filepath.Join(host, "*.bindstate-conflict-*"))
+	if len(asides) != 1 {
+		t.Fatalf("host copies kept aside: %q; want one", asides)
+	}
+	if got, _ := os.ReadFile(asides[0]); string(got) != "host's" {
+		t.Errorf("the copy kept aside has %q; want the host's version %q", got, "host's")
+	}
+	var sc unix.Stat_t
+	if err := unix.Lstat(asides[0], &sc); err == nil && (sc.Ino == sa.Ino || sc.Mtim.Nano() != old.UnixNano()) {
+		t.Errorf("the copy kept aside: inode %d (a's %d), mtime %v; want a file of its own with the host version's mtime", sc.Ino, sa.Ino, time.Unix(sc.Mtim.Unix()))
+	}
+}

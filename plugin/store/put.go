@@ -196,7 +196,14 @@ func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
 		}
 	}
 	aside := rel + ".bindstate-conflict-" + strconv.FormatInt(time.Now().UnixNano(), 10)
-	if err := s.keepAside(rel, aside); err != nil {
+	keep := s.keepAside
+	if isLinked(st) && hst.Mode&unix.S_IFMT == unix.S_IFREG {
+		// The file has other names, on the host too (Link keeps them in
+		// step), and is rewritten in place: renamed aside, it would take
+		// them along, and only rel would get the container's version.
+		keep = s.keepAsideCopy
+	}
+	if err := keep(rel, aside); err != nil {
 		return fmt.Errorf("writeback %q: keep host copy aside: %w", rel, err)
 	}
 	s.conflicts.Add(1)
@@ -709,6 +716,38 @@ func (s *Store) keepAside(rel, aside string) error {
 		return err
 	}
 	return s.host.Rename(rel, aside, 0)
+}
+
+// keepAsideCopy keeps a copy of the host file rel at aside (a new name),
+// content, mode and times, and leaves rel, and so its other names, as they
+// are: for a file with several names, which the writeback then rewrites in
+// place (putWhole). A copy left half made is removed.
+func (s *Store) keepAsideCopy(rel, aside string) (err error) {
+	src, err := s.host.OpenFile(rel, unix.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(src.Fd()), &st); err != nil {
+		return err
+	}
+	dst, err := s.host.OpenFile(aside, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, st.Mode&0o7777)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := dst.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			s.host.Remove(aside)
+		}
+	}()
+	if _, err := io.Copy(dst, src); err != nil {
+		return err
+	}
+	return futimens(int(dst.Fd()), []unix.Timespec{st.Atim, st.Mtim})
 }
 
 // rebaseLinks records the host's new attributes as the base of the other
