@@ -173,18 +173,9 @@ func TestBusyCoversAHardLinkWhileAnythingIsQueued(t *testing.T) {
 // writes its own name back anyway, and that carries the one file's content
 // in place to every host name.
 func TestD2_FsyncThroughAnotherNameOfTheFile(t *testing.T) {
-	s := openTestStore(t, consistency.Delegated, func(h string) {
-		os.WriteFile(filepath.Join(h, "a"), []byte("v1"), 0o644)
-	})
+	s := linkedStore(t)
 	ctx := context.Background()
-	if err := s.EnsurePopulated(""); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Link(ctx, "a", "b"); err != nil {
-		t.Fatal(err)
-	}
-	name := func(n string) func() (string, bool) { return func() (string, bool) { return n, true } }
-	w, err := s.Open(ctx, "a", unix.O_WRONLY, name("a"))
+	w, err := s.Open(ctx, "a", unix.O_WRONLY, named("a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +186,7 @@ func TestD2_FsyncThroughAnotherNameOfTheFile(t *testing.T) {
 	if _, err := w.WriteAt(ctx, []byte("v2"), 0); err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.Open(ctx, "b", unix.O_RDONLY, name("b"))
+	r, err := s.Open(ctx, "b", unix.O_RDONLY, named("b"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,19 +371,10 @@ func writeAsContainer(t *testing.T, s *Store, rel, content string) {
 // all: a base taken through one name looks changed through the other
 // (integration TestD4_LinksSurviveAWriteRightAfterTheLink, flaky on it).
 func TestD7_AConflictOnALinkedFileKeepsItsLinks(t *testing.T) {
-	s := openTestStore(t, consistency.Delegated, func(h string) {
-		os.WriteFile(filepath.Join(h, "a"), []byte("v1"), 0o644)
-	})
+	s := linkedStore(t)
 	ctx := context.Background()
-	if err := s.EnsurePopulated(""); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Link(ctx, "a", "b"); err != nil {
-		t.Fatal(err)
-	}
 	host := s.Host().Path()
-	name := func(n string) func() (string, bool) { return func() (string, bool) { return n, true } }
-	w, err := s.Open(ctx, "b", unix.O_WRONLY|unix.O_TRUNC, name("b"))
+	w, err := s.Open(ctx, "b", unix.O_WRONLY|unix.O_TRUNC, named("b"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,3 +425,22 @@ func TestD7_AConflictOnALinkedFileKeepsItsLinks(t *testing.T) {
 		t.Errorf("the copy kept aside: inode %d (a's %d), mtime %v; want a file of its own with the host version's mtime", sc.Ino, sa.Ino, time.Unix(sc.Mtim.Unix()))
 	}
 }
+
+// linkedStore is a delegated store of a host file a ("v1") that the
+// container has linked as b: one file under two names on both sides.
+func linkedStore(t *testing.T) *Store {
+	t.Helper()
+	s := openTestStore(t, consistency.Delegated, func(h string) {
+		os.WriteFile(filepath.Join(h, "a"), []byte("v1"), 0o644)
+	})
+	if err := s.EnsurePopulated(""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Link(context.Background(), "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// named is a File's current-path func for a file that stays at rel.
+func named(rel string) func() (string, bool) { return func() (string, bool) { return rel, true } }
