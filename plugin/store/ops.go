@@ -725,7 +725,7 @@ func (s *Store) Listxattr(rel string) ([]byte, error) {
 	if !s.HostTakesXattrs() {
 		return nil, unix.EOPNOTSUPP
 	}
-	names, err := listXattrs(func(b []byte) (int, error) { return s.local.Listxattr(rel, b) })
+	names, err := xattrCall(func(b []byte) (int, error) { return s.local.Listxattr(rel, b) })
 	if err != nil {
 		return nil, err
 	}

@@ -197,10 +197,10 @@ func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
 	}
 	aside := rel + ".bindstate-conflict-" + strconv.FormatInt(time.Now().UnixNano(), 10)
 	keep := s.keepAside
-	if isLinked(st) && hst.Mode&unix.S_IFMT == unix.S_IFREG {
-		// The file has other names, on the host too (Link keeps them in
-		// step), and is rewritten in place: renamed aside, it would take
-		// them along, and only rel would get the container's version.
+	if rewrittenInPlace(st, hst) {
+		// The file has other names, on the host too: renamed aside, it
+		// would take them along, and only rel would get the container's
+		// version.
 		keep = s.keepAsideCopy
 	}
 	if err := keep(rel, aside); err != nil {
@@ -415,6 +415,13 @@ func spanBytes(spans []span) int64 {
 	return n
 }
 
+// rewrittenInPlace reports a store file st that putWhole writes into the
+// existing host file hst rather than replacing it: one with several names
+// (isLinked), which Link keeps in step on both sides.
+func rewrittenInPlace(st, hst *unix.Stat_t) bool {
+	return hst.Mode&unix.S_IFMT == unix.S_IFREG && isLinked(st)
+}
+
 // putWhole copies the whole store file at rel to the host (putFile).
 func (s *Store) putWhole(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t) (*unix.Stat_t, error) {
 	src, err := s.local.OpenFile(rel, unix.O_RDONLY, 0)
@@ -422,7 +429,7 @@ func (s *Store) putWhole(rel string, st *unix.Stat_t, exists bool, hst *unix.Sta
 		return nil, err
 	}
 	defer src.Close()
-	if exists && hst.Mode&unix.S_IFMT == unix.S_IFREG && isLinked(st) {
+	if exists && rewrittenInPlace(st, hst) {
 		// The same file under several names on both sides (Link keeps them
 		// in step): rewrite it in place so every host name has it. The
 		// store's link count decides, not the host's: a share may show
@@ -595,13 +602,7 @@ func (s *Store) putXattrs(fd int, src *os.File, rel string) {
 	if !s.HostTakesXattrs() {
 		return // the store holds none a container set (Store.Setxattr)
 	}
-	list := make([]byte, 4096)
-	n, err := unix.Flistxattr(int(src.Fd()), list)
-	names := list[:max(n, 0)]
-	if errors.Is(err, unix.ERANGE) {
-		// A longer list than fits: the path-based way sizes its buffer.
-		names, err = s.Listxattr(rel)
-	}
+	names, err := xattrCall(func(b []byte) (int, error) { return unix.Flistxattr(int(src.Fd()), b) })
 	if err != nil {
 		return
 	}

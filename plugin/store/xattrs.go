@@ -50,18 +50,11 @@ func (s *Store) noteXattrRemoved(rel, name string, removed bool) error {
 
 // removedXattrs is what noteXattrRemoved recorded for rel.
 func (s *Store) removedXattrs(rel string) []string {
-	buf := make([]byte, 4096)
-	n, err := s.local.Getxattr(rel, xattrRemoved, buf)
-	if errors.Is(err, unix.ERANGE) {
-		if n, err = s.local.Getxattr(rel, xattrRemoved, nil); err == nil {
-			buf = make([]byte, n)
-			n, err = s.local.Getxattr(rel, xattrRemoved, buf)
-		}
-	}
+	names, err := xattrCall(func(b []byte) (int, error) { return s.local.Getxattr(rel, xattrRemoved, b) })
 	if err != nil {
 		return nil
 	}
-	return splitNames(buf[:n])
+	return splitNames(names)
 }
 
 func (s *Store) setRemovedXattrs(rel string, names []string) error {
@@ -113,11 +106,11 @@ func (s *Store) keepHostXattrs(rel, tmp string, src *os.File) (removed []string)
 		return nil
 	}
 	removed = s.removedXattrs(rel)
-	host, err := listXattrs(func(b []byte) (int, error) { return s.host.Listxattr(rel, b) })
+	host, err := xattrCall(func(b []byte) (int, error) { return s.host.Listxattr(rel, b) })
 	if err != nil || len(host) == 0 {
 		return removed
 	}
-	local, _ := listXattrs(func(b []byte) (int, error) { return unix.Flistxattr(int(src.Fd()), b) })
+	local, _ := xattrCall(func(b []byte) (int, error) { return unix.Flistxattr(int(src.Fd()), b) })
 	inStore := splitNames(local)
 	var keep []byte
 	for _, name := range splitNames(host) {
@@ -131,11 +124,12 @@ func (s *Store) keepHostXattrs(rel, tmp string, src *os.File) (removed []string)
 	return removed
 }
 
-// listXattrs calls list (a listxattr) with a buffer that fits.
-func listXattrs(list func([]byte) (int, error)) ([]byte, error) {
+// xattrCall calls call (a listxattr or getxattr) with a buffer that fits,
+// and returns what it filled in.
+func xattrCall(call func([]byte) (int, error)) ([]byte, error) {
 	buf := make([]byte, 4096)
 	for {
-		n, err := list(buf)
+		n, err := call(buf)
 		if errors.Is(err, unix.ERANGE) {
 			buf = make([]byte, 2*len(buf))
 			continue
