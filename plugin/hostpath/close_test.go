@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -76,8 +77,11 @@ func TestCloseWaitsForAnOperationInFlight(t *testing.T) {
 // TestCloseDuringOperations: Close while operations of every kind run on the
 // Root, with kept parents (the store's Root): each operation either works or
 // is refused with ErrClosed, and the race detector sees no unsynchronized
-// use of the fd (go test -race).
+// use of the fd (go test -race). Each operation dwells a moment once it
+// uses the fd, and Close comes while one does: closed at once, the fd
+// would fail it (EBADF), or serve it from another directory.
 func TestCloseDuringOperations(t *testing.T) {
+	t.Cleanup(func() { testHookAcquired = nil })
 	for round := 0; round < 20; round++ {
 		dir := t.TempDir()
 		for _, d := range []string{"d1", "d1/d2", "d3"} {
@@ -110,6 +114,12 @@ func TestCloseDuringOperations(t *testing.T) {
 				return err
 			},
 		}
+		inFlight := make(chan struct{})
+		var once sync.Once
+		testHookAcquired = func() {
+			once.Do(func() { close(inFlight) })
+			time.Sleep(20 * time.Microsecond)
+		}
 		for _, op := range ops {
 			wg.Add(1)
 			go func() {
@@ -124,6 +134,7 @@ func TestCloseDuringOperations(t *testing.T) {
 				}
 			}()
 		}
+		<-inFlight
 		r.Close()
 		wg.Wait()
 		close(errs)
