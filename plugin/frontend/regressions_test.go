@@ -4,6 +4,8 @@ package frontend
 // checking the rule it broke; all fixed, kept so that they stay fixed.
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -541,4 +543,43 @@ func TestStatAfterChmodCostsNoRequest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rule D4: an ACL a delegated container sets (setfacl) reaches the host.
+// The FUSE mount does not take POSIX ACLs itself (no FUSE_POSIX_ACL), so
+// the kernel passes system.posix_acl_access to the plugin as an xattr,
+// which the store keeps and the writeback copies like any other.
+func TestD4_AnACLTheContainerSetReachesTheHost(t *testing.T) {
+	r := newRig(t, consistency.Delegated, func(h string) {
+		writeFile(t, filepath.Join(h, "probe"), "")
+		if err := unix.Setxattr(filepath.Join(h, "probe"), "system.posix_acl_access", aclUser1000Read(), 0); err != nil {
+			t.Skipf("the source takes no ACLs: %v", err)
+		}
+	})
+	writeFile(t, r.mntPath("w"), "written")
+	acl := aclUser1000Read()
+	if err := unix.Setxattr(r.mntPath("w"), "system.posix_acl_access", acl, 0); err != nil {
+		t.Fatalf("setfacl in the container: %v", err)
+	}
+	r.flush(t)
+	buf := make([]byte, 256)
+	n, err := unix.Getxattr(r.hostPath("w"), "system.posix_acl_access", buf)
+	if err != nil || !bytes.Equal(buf[:n], acl) {
+		t.Fatalf("host w's ACL after the writeback: %x (%v); want %x", buf[:max(n, 0)], err, acl)
+	}
+}
+
+// aclUser1000Read is the xattr form of the ACL u::rw-,u:1000:r--,g::r--,
+// m::r--,o::r-- (version 2; per entry a tag, permissions and an id).
+func aclUser1000Read() []byte {
+	b := binary.LittleEndian.AppendUint32(nil, 2)
+	for _, e := range []struct {
+		tag, perm uint16
+		id        uint32
+	}{{0x01, 6, ^uint32(0)}, {0x02, 4, 1000}, {0x04, 4, ^uint32(0)}, {0x10, 4, ^uint32(0)}, {0x20, 4, ^uint32(0)}} {
+		b = binary.LittleEndian.AppendUint16(b, e.tag)
+		b = binary.LittleEndian.AppendUint16(b, e.perm)
+		b = binary.LittleEndian.AppendUint32(b, e.id)
+	}
+	return b
 }

@@ -5,11 +5,16 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/consistency"
+	"github.com/bindstate/bindstate/plugin/writeback"
 )
 
 // noTrustedNode is a host file system (a go-fuse loopback) that holds
@@ -80,6 +85,84 @@ func TestD4_AnXattrNamespaceTheSourceRefusesIsRefused(t *testing.T) {
 			n, err := unix.Getxattr(r.hostPath("f"), "user.a", buf)
 			if err != nil || string(buf[:n]) != "kept" {
 				t.Fatalf("host f's user.a: %q (%v); want %q", buf[:max(n, 0)], err, "kept")
+			}
+		})
+	}
+}
+
+// smallXattrsNode is a host file system (a go-fuse loopback) that takes
+// extended attributes of every namespace, but only values up to limit
+// bytes (ENOSPC beyond, as ext4 answers for a value that does not fit the
+// inode's one block).
+type smallXattrsNode struct {
+	fs.LoopbackNode
+	limit *atomic.Int64
+}
+
+func (n *smallXattrsNode) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if int64(len(data)) > n.limit.Load() {
+		return syscall.ENOSPC
+	}
+	return n.LoopbackNode.Setxattr(ctx, attr, data, flags)
+}
+
+// rule D4 (a failed writeback fails the stop; nothing is discarded): an
+// xattr the container set that the host then refuses is a change that did
+// not reach the host. A cached volume writes it through, so the
+// container's setxattr fails as on the host. A delegated one keeps it in
+// the store; its writeback must fail, naming the path and the xattr, and
+// keep it to retry, so that it lands once the host takes it. Before, the
+// writeback's setxattr failure was a debug line and the flush succeeded
+// with the xattr missing on the host.
+func TestD4_AnXattrTheHostRefusesAtWritebackFailsIt(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			limit := new(atomic.Int64)
+			limit.Store(32)
+			r := newRig(t, st, func(host string) {
+				backing := t.TempDir()
+				writeFile(t, filepath.Join(backing, "f"), "x")
+				mountHost(t, host, backing, "small-xattrs", func(rd *fs.LoopbackRoot) fs.InodeEmbedder {
+					return &smallXattrsNode{LoopbackNode: fs.LoopbackNode{RootData: rd}, limit: limit}
+				})
+			})
+			// f: only its attributes go back (the container never read
+			// it); w: written by the container, copied back whole.
+			writeFile(t, r.mntPath("w"), "written")
+			big := []byte(strings.Repeat("v", 60))
+			for _, name := range []string{"f", "w"} {
+				err := unix.Setxattr(r.mntPath(name), "user.big", big, 0)
+				if st == consistency.Cached {
+					if !errors.Is(err, unix.ENOSPC) {
+						t.Fatalf("setxattr user.big of %s in a cached container: %v; want ENOSPC, the host's answer", name, err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("setxattr user.big of %s in a delegated container: %v; want it kept for the writeback", name, err)
+				}
+			}
+			if st == consistency.Cached {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err := r.front.Flush(ctx)
+			var failed *writeback.FlushError
+			if !errors.As(err, &failed) {
+				t.Fatalf("flush while the host refuses user.big: %v; want a writeback failure of f and w", err)
+			}
+			for _, name := range []string{"f", "w"} {
+				if e := failed.Failed[name]; e == nil || !strings.Contains(e.Error(), "user.big") {
+					t.Errorf("flush while the host refuses user.big: %v; want a failure of %s naming user.big", err, name)
+				}
+			}
+			limit.Store(1 << 16) // the host takes it now: the kept changes go on retry
+			r.flush(t)
+			hostXattr(t, r, "f", "user.big", string(big))
+			hostXattr(t, r, "w", "user.big", string(big))
+			if got := readFile(t, r.hostPath("w")); got != "written" {
+				t.Fatalf("host w = %q after the writeback; want %q", got, "written")
 			}
 		})
 	}

@@ -129,7 +129,9 @@ func (s *Store) putEntry(ctx context.Context, rel string) error {
 		return fmt.Errorf("writeback %q: %w", rel, err)
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR || isSpecial(st.Mode) {
-		s.putAttrs(rel, &st, have)
+		if err := s.putAttrs(rel, &st, have); err != nil {
+			return fmt.Errorf("writeback %q: %w", rel, err)
+		}
 	}
 	if k := st.Mode & unix.S_IFMT; k == unix.S_IFREG || k == unix.S_IFDIR {
 		if err := s.putRemovedXattrs(rel); err != nil {
@@ -322,8 +324,8 @@ func (s *Store) putDir(ctx context.Context, rel string, st *unix.Stat_t, exists 
 // the file when it has them without another lookup.
 func (s *Store) putFile(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t, held *heldFile) (*unix.Stat_t, error) {
 	if exists && s.IsStub(rel) { // a new file has no stub: no xattr lookup
-		s.putAttrs(rel, st, hst) // content never left the host; only attributes changed
-		return nil, nil
+		// Content never left the host; only attributes changed.
+		return nil, s.putAttrs(rel, st, hst)
 	}
 	if exists && hst.Mode&unix.S_IFMT == unix.S_IFREG && hst.Nlink == 1 && !isLinked(st) {
 		// The host file is what the last Put left (putEntry checked its
@@ -538,7 +540,10 @@ func (s *Store) finishHostFile(dst, src *os.File, rel string, st, made *unix.Sta
 			s.log.Debug("writeback chmod", "path", rel, "err", err)
 		}
 	}
-	s.putXattrs(fd, src, rel)
+	if err := s.putXattrs(fd, src, rel); err != nil {
+		dst.Close()
+		return nil, err
+	}
 	fsync, dataOnly := s.fsyncs.wanted(rel)
 	withTimes := !(inPlace && dataOnly)
 	dataSync := dataOnly // what the fsyncs waiting now ask for
@@ -597,40 +602,66 @@ func fstatOf(fd int) *unix.Stat_t {
 }
 
 // putXattrs copies the user xattrs of the store file src (at rel) onto the
-// host file fd, both read and written through the descriptors.
-func (s *Store) putXattrs(fd int, src *os.File, rel string) {
+// host file fd, both read and written through the descriptors. An xattr the
+// host refuses fails the Put (copyXattrs).
+func (s *Store) putXattrs(fd int, src *os.File, rel string) error {
 	if !s.HostTakesXattrs() {
-		return // the store holds none a container set (Store.Setxattr)
+		return nil // the store holds none a container set (Store.Setxattr)
 	}
 	names, err := xattrCall(func(b []byte) (int, error) { return unix.Flistxattr(int(src.Fd()), b) })
 	if err != nil {
-		return
+		return fmt.Errorf("list the store's xattrs: %w", err)
 	}
-	s.copyXattrs(rel, names,
+	return copyXattrs(names, notWrittenBack,
 		func(name string, buf []byte) (int, error) { return unix.Fgetxattr(int(src.Fd()), name, buf) },
 		func(name string, val []byte) error { return unix.Fsetxattr(fd, name, val, 0) })
 }
 
 // copyXattrs copies the extended attributes named in names (NUL-separated,
-// as listxattr gives them), all but the store's own, reading each with get
-// and writing it with set. A failure is logged and the others still go.
-// (A name in a namespace the source refuses never gets here: the store
-// refuses it at the container's setxattr, see refusedXattrs.)
-func (s *Store) copyXattrs(rel string, names []byte, get func(name string, buf []byte) (int, error), set func(name string, val []byte) error) {
+// as listxattr gives them), all but those skip names, reading each with get
+// and writing it with set. Every one is tried; the first failure to set one
+// is returned. A name gone between the list and the get is skipped.
+//
+// The store's xattrs are changes the container saw succeed: one the host
+// refuses (a value too large for it, a name it will not take) fails the
+// writeback, which keeps the path and retries it, and the stop of a
+// container reports it (rule D4). A namespace the source refuses as a
+// whole never gets here: the store refuses it at the container's setxattr
+// (refusedXattrs).
+func copyXattrs(names []byte, skip func(name string) bool, get func(name string, buf []byte) (int, error), set func(name string, val []byte) error) error {
 	var buf []byte
+	var first error
 	for _, name := range splitNames(names) {
-		if IsPrivateXattr(name) {
+		if skip(name) {
 			continue
 		}
 		if buf == nil {
 			buf = make([]byte, 64*1024)
 		}
-		if n, err := get(name, buf); err == nil {
-			if err := set(name, buf[:n]); err != nil {
-				s.log.Debug("writeback xattr", "path", rel, "name", name, "err", err)
-			}
+		n, err := get(name, buf)
+		if errors.Is(err, unix.ENODATA) {
+			continue
+		}
+		if err == nil {
+			err = set(name, buf[:n])
+		}
+		if err != nil && first == nil {
+			first = fmt.Errorf("copy xattr %s: %w", name, err)
 		}
 	}
+	return first
+}
+
+// notWrittenBack names the store's xattrs a writeback does not copy to the
+// host: the store's own bookkeeping, and the label a security module puts
+// on every file the plugin creates in the store (SELinux, Smack). That
+// label is the store directory's, not one the container chose; the host
+// labels its own files. Copied, it would relabel host files, and a host
+// that refused it would fail every writeback (copyXattrs). (An ACL is
+// copied: the kernel passes a container's setfacl to the plugin as an
+// xattr, since the FUSE mount does not take POSIX ACLs itself.)
+func notWrittenBack(name string) bool {
+	return IsPrivateXattr(name) || name == "security.selinux" || strings.HasPrefix(name, "security.SMACK64")
 }
 
 // futimens sets an open file's access and modification times
@@ -682,7 +713,7 @@ func (s *Store) putSymlink(rel string, st *unix.Stat_t, exists bool, hst *unix.S
 // again, because each set is a round trip on a share (two on sshfs, which
 // looks the entry up after it). A directory that gained entries is written
 // back each time its times change, and mostly needs only its times set.
-func (s *Store) putAttrs(rel string, st *unix.Stat_t, have *unix.Stat_t) {
+func (s *Store) putAttrs(rel string, st *unix.Stat_t, have *unix.Stat_t) error {
 	chowned := s.hostChown(rel, Owner{int(st.Uid), int(st.Gid)}, have)
 	// A chown may clear setuid and setgid: the mode goes after it.
 	if chowned || have == nil || have.Mode&07777 != st.Mode&07777 {
@@ -691,17 +722,21 @@ func (s *Store) putAttrs(rel string, st *unix.Stat_t, have *unix.Stat_t) {
 		}
 	}
 	if names, err := s.Listxattr(rel); err == nil {
-		s.copyXattrs(rel, names,
+		err := copyXattrs(names, notWrittenBack,
 			func(name string, buf []byte) (int, error) { return s.local.Getxattr(rel, name, buf) },
 			func(name string, val []byte) error { return s.host.Setxattr(rel, name, val, 0) })
+		if err != nil {
+			return err
+		}
 	}
 	if have != nil && have.Atim == st.Atim && have.Mtim == st.Mtim {
-		return
+		return nil
 	}
 	atime, mtime := st.Atim, st.Mtim
 	if err := s.host.Utimes(rel, &atime, &mtime); err != nil {
 		s.log.Debug("writeback utimes", "path", rel, "err", err)
 	}
+	return nil
 }
 
 // keepAside renames the host's copy of rel to aside without replacing

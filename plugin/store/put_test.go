@@ -2,8 +2,11 @@ package store
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,13 +101,45 @@ func TestPutAttrsSetsOnlyWhatDiffers(t *testing.T) {
 	host := filepath.Join(s.Host().Path(), "d")
 	have := lstatAfterTick(t, host)
 	want := have
-	s.putAttrs("d", &want, &have)
+	if err := s.putAttrs("d", &want, &have); err != nil {
+		t.Fatal(err)
+	}
 	if now := lstat(t, host); now.Ctim != have.Ctim {
 		t.Fatalf("attributes the host directory had were set again (ctime %v -> %v)", have.Ctim, now.Ctim)
 	}
 	want.Mode = want.Mode&^07777 | 0o700
-	s.putAttrs("d", &want, &have)
+	if err := s.putAttrs("d", &want, &have); err != nil {
+		t.Fatal(err)
+	}
 	if now := lstat(t, host); now.Mode&07777 != 0o700 {
 		t.Fatalf("host mode %o, want 700", now.Mode&07777)
+	}
+}
+
+// rule D4: the writeback copies the xattrs a container set, and reports the
+// first the host refuses after trying the others; it leaves out the store's
+// bookkeeping and the label a security module gives every store file (the
+// store directory's SELinux or Smack label, not the container's choice).
+func TestD4_WritebackCopiesTheContainersXattrsOnly(t *testing.T) {
+	names := []byte("user.a\x00security.selinux\x00" + XattrPrefix + "base\x00security.SMACK64\x00user.refused\x00trusted.b\x00" +
+		"system.posix_acl_access\x00security.capability\x00")
+	var set []string
+	err := copyXattrs(names, notWrittenBack,
+		func(name string, buf []byte) (int, error) { return copy(buf, name), nil },
+		func(name string, val []byte) error {
+			if string(val) != name {
+				t.Errorf("set %s to %q; want the value get gave", name, val)
+			}
+			if name == "user.refused" {
+				return unix.ENOSPC
+			}
+			set = append(set, name)
+			return nil
+		})
+	if !errors.Is(err, unix.ENOSPC) || !strings.Contains(err.Error(), "user.refused") {
+		t.Errorf("copy with user.refused refused by the host: %v; want ENOSPC naming user.refused", err)
+	}
+	if want := []string{"user.a", "trusted.b", "system.posix_acl_access", "security.capability"}; !slices.Equal(set, want) {
+		t.Errorf("xattrs copied to the host: %q; want %q", set, want)
 	}
 }
