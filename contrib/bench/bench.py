@@ -752,14 +752,14 @@ class W5(WritesOnce):
         self.sock = os.path.join(b.work, "w5-sock")
         os.makedirs(self.sock, exist_ok=True)
         os.chown(self.sock, self.uid, self.gid)
-        os.makedirs(os.path.join(b.H, "w5"))
+        os.makedirs(os.path.join(b.H, "w5"), exist_ok=True)  # diag.py prepares again
         self.expected = {}
 
     def rel(self, cfg):
         return "w5/" + cfg
 
     def prepare_config(self, cfg):
-        os.makedirs(os.path.join(self.b.H, self.rel(cfg)))
+        os.makedirs(os.path.join(self.b.H, self.rel(cfg)), exist_ok=True)
 
     def dname(self, cfg, rep):
         return "r%d" % rep

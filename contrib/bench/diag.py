@@ -3,7 +3,7 @@
 FUSE_DEBUG=true and counts the FUSE requests per opcode for each run (cold,
 hot), and optionally `strace -c -f` of the plugin and of the workload.
 
-  diag.py [--state cached] [--workload W1|W2|W3|W4] [--quick] [--strace] [--strace-share] [--hot-runs N]
+  diag.py [--state cached] [--workload W1|W2|W3|W4|W5] [--quick] [--strace] [--strace-share] [--hot-runs N]
 
 Uses the tree bench.py prepared in WORK/H (run `make bench-quick` or
 `make bench` once first); mounts its own share of it at WORK/S-diag, so it
@@ -114,7 +114,7 @@ def main():
     b = bench.Bench(args)
     if not os.path.isdir(b.H):
         raise bench.BenchError("no %s: run make bench-quick first" % b.H)
-    w = {"W1": bench.W1, "W2": bench.W2, "W3": bench.W3, "W4": bench.W4}[a.workload](b)
+    w = {"W1": bench.W1, "W2": bench.W2, "W3": bench.W3, "W4": bench.W4, "W5": bench.W5}[a.workload](b)
     if a.workload == "W1":
         w.packages = len(bench.run(["go", "list", "./..."], cwd=os.path.join(b.H, "go", "src"),
                                    env=b.go_env(os.path.join(b.H, "go")), capture=True)[1].split())
@@ -127,6 +127,11 @@ def main():
         # directory of each run's number).
         for label in range(9, 9 + 1 + a.hot_runs):
             bench.shutil.rmtree(os.path.join(b.H, "w3", "diag", w.dname("diag", label)), ignore_errors=True)
+    elif a.workload == "W5":
+        w.prepare()
+        w.prepare_config("diag")
+        for label in range(9, 9 + 1 + a.hot_runs):
+            bench.shutil.rmtree(os.path.join(b.H, "w5", "diag", w.dname("diag", label)), ignore_errors=True)
     elif a.workload == "W4":
         w.pristine = os.path.join(b.cache, "w4-pristine")
         if not os.path.isdir(os.path.join(b.H, "w4", "diag")):

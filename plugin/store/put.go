@@ -552,15 +552,25 @@ func (s *Store) finishHostFile(dst, src *os.File, rel string, st, made *unix.Sta
 		if withTimes {
 			s.putTimes(fd, rel, st)
 		}
-		// The host's attributes, for the base: after the times' setattr
-		// the kernel has them from its reply; without it, a round trip.
-		done = fstatOf(fd)
 		if !fsync {
+			// The host's attributes, for the base: after the times'
+			// setattr the kernel has them from its reply; without it, a
+			// round trip.
+			done = fstatOf(fd)
 			break
 		}
 		// A container's fsync waits for this Put: durable through this
-		// descriptor, not a second open (fsyncWaits).
-		if err := fsyncHost(dst, rel, dataSync); err != nil {
+		// descriptor, not a second open (fsyncWaits). The base's fstat
+		// goes to the share beside the fsync, not before it: a database
+		// commit (an fdatasync, no times set) otherwise waited for one
+		// share round trip more (sshfs: an LSTAT between the WRITE and the
+		// FSYNC). Both come after the writes, and an fsync changes no
+		// attribute the base records.
+		stat := make(chan *unix.Stat_t, 1)
+		go func() { stat <- fstatOf(fd) }()
+		err := fsyncHost(dst, rel, dataSync)
+		done = <-stat
+		if err != nil {
 			dst.Close()
 			return nil, err
 		}
