@@ -717,8 +717,9 @@ func (s *Store) putSymlink(rel string, st *unix.Stat_t, exists bool, hst *unix.S
 	return nil
 }
 
-// putAttrs copies owner, mode, times and user xattrs to the host, best
-// effort for owner (shares often refuse chown). have is what the host entry
+// putAttrs copies owner, mode, times and xattrs to the host, best effort
+// for owner (shares often refuse chown); an xattr the host refuses is its
+// error (copyXattrs), after the rest is set. have is what the host entry
 // has (nil: unknown): owner, mode and times it already has are not set
 // again, because each set is a round trip on a share (two on sshfs, which
 // looks the entry up after it). A directory that gained entries is written
@@ -731,22 +732,20 @@ func (s *Store) putAttrs(rel string, st *unix.Stat_t, have *unix.Stat_t) error {
 			s.log.Debug("writeback chmod", "path", rel, "err", err)
 		}
 	}
+	var xattrErr error // the times still go; the error fails the Put after them
 	if names, err := s.Listxattr(rel); err == nil {
-		err := copyXattrs(names, notWrittenBack,
+		xattrErr = copyXattrs(names, notWrittenBack,
 			func(name string, buf []byte) (int, error) { return s.local.Getxattr(rel, name, buf) },
 			func(name string, val []byte) error { return s.host.Setxattr(rel, name, val, 0) })
-		if err != nil {
-			return err
-		}
 	}
 	if have != nil && have.Atim == st.Atim && have.Mtim == st.Mtim {
-		return nil
+		return xattrErr
 	}
 	atime, mtime := st.Atim, st.Mtim
 	if err := s.host.Utimes(rel, &atime, &mtime); err != nil {
 		s.log.Debug("writeback utimes", "path", rel, "err", err)
 	}
-	return nil
+	return xattrErr
 }
 
 // keepAside renames the host's copy of rel to aside without replacing
