@@ -3,6 +3,7 @@ package frontend
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/bindstate/bindstate/plugin/consistency"
 	"github.com/bindstate/bindstate/plugin/driver"
 	"github.com/bindstate/bindstate/plugin/hostpath"
+	"github.com/bindstate/bindstate/plugin/writeback"
 )
 
 // requireFUSE skips tests that mount, unless running as root with /dev/fuse.
@@ -159,6 +161,20 @@ func (r *rig) flush(t testing.TB) {
 	if err := r.front.Flush(ctx); err != nil {
 		t.Fatalf("flush: %v", err)
 	}
+}
+
+// flushFailure flushes as flush does and wants the writeback to fail: it
+// returns the FlushError, which names the paths that failed.
+func (r *rig) flushFailure(t testing.TB) *writeback.FlushError {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := r.front.Flush(ctx)
+	var fe *writeback.FlushError
+	if !errors.As(err, &fe) {
+		t.Fatalf("flush: %v; want a writeback failure (FlushError)", err)
+	}
+	return fe
 }
 
 // listNames lists dir, sorted, without . and ..

@@ -21,7 +21,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bindstate/bindstate/plugin/consistency"
-	"github.com/bindstate/bindstate/plugin/writeback"
 )
 
 var storeStates = []consistency.State{consistency.Cached, consistency.Delegated}
@@ -290,15 +289,9 @@ func TestD4_FailedWritebackIsReportedKeptAndRetried(t *testing.T) {
 		}
 	}
 	t.Cleanup(unlock)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	err := r.front.Flush(ctx)
-	var fe *writeback.FlushError
-	if !errors.As(err, &fe) {
-		t.Fatalf("flush against a refusing host: want a FlushError, got %v", err)
-	}
-	if _, ok := fe.Failed["out/result"]; !ok || !strings.Contains(err.Error(), "out/result") {
-		t.Fatalf("error does not name the failed path: %v", err)
+	fe := r.flushFailure(t) // against a refusing host
+	if _, ok := fe.Failed["out/result"]; !ok || !strings.Contains(fe.Error(), "out/result") {
+		t.Fatalf("error does not name the failed path: %v", fe)
 	}
 	if s := r.front.Status(); s.Dirty == 0 || s.Failed == 0 || s.LastError == "" || s.Errors == 0 ||
 		!slices.Contains(s.FailedPaths, "out/result") || s.DirtyBytes < int64(len("precious")) {

@@ -8,13 +8,11 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"golang.org/x/sys/unix"
 
 	"github.com/bindstate/bindstate/plugin/consistency"
-	"github.com/bindstate/bindstate/plugin/writeback"
 )
 
 // noTrustedNode is a host file system (a go-fuse loopback) that holds
@@ -145,16 +143,10 @@ func TestD4_AnXattrTheHostRefusesAtWritebackFailsIt(t *testing.T) {
 			if st == consistency.Cached {
 				return
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			err := r.front.Flush(ctx)
-			var failed *writeback.FlushError
-			if !errors.As(err, &failed) {
-				t.Fatalf("flush while the host refuses user.big: %v; want a writeback failure of f and w", err)
-			}
+			failed := r.flushFailure(t) // while the host refuses user.big
 			for _, name := range []string{"f", "w"} {
 				if e := failed.Failed[name]; e == nil || !strings.Contains(e.Error(), "user.big") {
-					t.Errorf("flush while the host refuses user.big: %v; want a failure of %s naming user.big", err, name)
+					t.Errorf("flush while the host refuses user.big: %v; want a failure of %s naming user.big", failed, name)
 				}
 			}
 			limit.Store(1 << 16) // the host takes it now: the kept changes go on retry
