@@ -143,3 +143,30 @@ func TestD4_WritebackCopiesTheContainersXattrsOnly(t *testing.T) {
 		t.Errorf("xattrs copied to the host: %q; want %q", set, want)
 	}
 }
+
+// rule D4, through a writeback: a file the container wrote, whose store copy
+// carries a security module's label (set here as SELinux would at its
+// creation in the store) beside an xattr the container set, reaches the
+// host with the container's xattr and without the store's label.
+func TestD4_TheStoresLabelIsNotWrittenBack(t *testing.T) {
+	s := openTestStore(t, consistency.Delegated, func(string) {})
+	writeAsContainer(t, s, "f", "content")
+	local := filepath.Join(s.Local().Path(), "f")
+	if err := unix.Setxattr(local, "security.selinux", []byte("system_u:object_r:store_t:s0"), 0); err != nil {
+		t.Skipf("cannot label the store file (a security module checks labels here): %v", err)
+	}
+	if err := s.Setxattr(context.Background(), "f", "user.a", []byte("mine"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	host := filepath.Join(s.Host().Path(), "f")
+	buf := make([]byte, 64)
+	if n, err := unix.Getxattr(host, "user.a", buf); err != nil || string(buf[:n]) != "mine" {
+		t.Fatalf("host f's user.a: %q, %v; want %q", buf[:max(n, 0)], err, "mine")
+	}
+	if n, err := unix.Getxattr(host, "security.selinux", buf); !errors.Is(err, unix.ENODATA) {
+		t.Fatalf("host f has security.selinux = %q (%v) after the writeback: the store's label, written back", buf[:max(n, 0)], err)
+	}
+}
