@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -537,7 +538,10 @@ func (s *Store) finishHostFile(dst, src *os.File, rel string, st, made *unix.Sta
 	// A chown clears setuid and setgid: the mode goes after it.
 	if chowned || made.Mode&07777 != st.Mode&07777 {
 		if err := unix.Fchmod(fd, st.Mode&07777); err != nil {
-			s.log.Debug("writeback chmod", "path", rel, "err", err)
+			if err := s.hostChmodFailed(rel, st, made, err); err != nil {
+				dst.Close()
+				return nil, err
+			}
 		}
 	}
 	if err := s.putXattrs(fd, src, rel); err != nil {
@@ -727,25 +731,58 @@ func (s *Store) putSymlink(rel string, st *unix.Stat_t, exists bool, hst *unix.S
 func (s *Store) putAttrs(rel string, st *unix.Stat_t, have *unix.Stat_t) error {
 	chowned := s.hostChown(rel, Owner{int(st.Uid), int(st.Gid)}, have)
 	// A chown may clear setuid and setgid: the mode goes after it.
+	var modeErr error // the xattrs and times still go; the error fails the Put after them
 	if chowned || have == nil || have.Mode&07777 != st.Mode&07777 {
 		if err := s.host.Chmod(rel, st.Mode&07777); err != nil {
-			s.log.Debug("writeback chmod", "path", rel, "err", err)
+			modeErr = s.hostChmodFailed(rel, st, have, err)
 		}
 	}
-	var xattrErr error // the times still go; the error fails the Put after them
+	var xattrErr error
 	if names, err := s.Listxattr(rel); err == nil {
 		xattrErr = copyXattrs(names, notWrittenBack,
 			func(name string, buf []byte) (int, error) { return s.local.Getxattr(rel, name, buf) },
 			func(name string, val []byte) error { return s.host.Setxattr(rel, name, val, 0) })
 	}
 	if have != nil && have.Atim == st.Atim && have.Mtim == st.Mtim {
-		return xattrErr
+		return cmp.Or(modeErr, xattrErr)
 	}
 	atime, mtime := st.Atim, st.Mtim
 	if err := s.host.Utimes(rel, &atime, &mtime); err != nil {
 		s.log.Debug("writeback utimes", "path", rel, "err", err)
 	}
-	return xattrErr
+	return cmp.Or(modeErr, xattrErr)
+}
+
+// hostChmodFailed says what a chmod of rel that the host refused (err) at
+// writeback means. The store entry st has a mode the host entry lacks (now:
+// what the host entry had before, nil if unknown).
+//
+// A mode the container set (the entry's mode is not the one the host had
+// at the last sync, its base) fails the Put, as a refused xattr does (rule
+// D4): the path stays journaled and is retried, the Flush names it, the
+// container's stop is reported failed, and it lands once the host takes the
+// mode. A cached container's chmod gets the host's refusal itself (C3).
+//
+// Any other refusal loses no change of the container's, and is a warning,
+// once per store: the mode of a new file, on a file system that keeps
+// modes of its own (vfat, a share's create mask), or a chown's redo of a
+// mode the host entry already has. Failing those would hold back every new
+// file's content on such a host.
+func (s *Store) hostChmodFailed(rel string, st, now *unix.Stat_t, err error) error {
+	want := st.Mode & 07777
+	if now != nil && now.Mode&07777 == want {
+		return nil
+	}
+	if b, known := s.hostBase(rel); known && b.Mode&07777 != want {
+		return fmt.Errorf("chmod %#o: %w", want, err)
+	}
+	if s.modeRefusalSeen.CompareAndSwap(false, true) {
+		s.log.Warn("the host refused a mode that changes none of its own paths' modes; it keeps its own (said once per volume)",
+			"path", rel, "mode", fmt.Sprintf("%#o", want), "err", err)
+	} else {
+		s.log.Debug("the host refused a mode that changes none of its own paths' modes", "path", rel, "mode", fmt.Sprintf("%#o", want), "err", err)
+	}
+	return nil
 }
 
 // keepAside renames the host's copy of rel to aside without replacing

@@ -118,6 +118,9 @@ type Store struct {
 	busyIno map[uint64]int // their store files, by inode (for their other names)
 
 	conflicts atomic.Int64 // host copies kept aside (D7)
+	// modeRefusalSeen: the host has refused a mode at writeback that was
+	// no change of the container's (hostChmodFailed); said once, at Warn.
+	modeRefusalSeen atomic.Bool
 
 	// populated is the log of directories populated, in order (see
 	// PopulatedSince): the most recent ones, at most populatedMax of them,
