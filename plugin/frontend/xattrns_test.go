@@ -11,8 +11,6 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"golang.org/x/sys/unix"
-
-	"github.com/bindstate/bindstate/plugin/consistency"
 )
 
 // noTrustedNode is a host file system (a go-fuse loopback) that holds
@@ -113,49 +111,21 @@ func (n *smallXattrsNode) Setxattr(ctx context.Context, attr string, data []byte
 // writeback's setxattr failure was a debug line and the flush succeeded
 // with the xattr missing on the host.
 func TestD4_AnXattrTheHostRefusesAtWritebackFailsIt(t *testing.T) {
+	big := []byte(strings.Repeat("v", 60))
 	for _, st := range storeStates {
 		t.Run(st.String(), func(t *testing.T) {
 			limit := new(atomic.Int64)
 			limit.Store(32)
-			r := newRig(t, st, func(host string) {
-				backing := t.TempDir()
-				writeFile(t, filepath.Join(backing, "f"), "x")
-				mountHost(t, host, backing, "small-xattrs", func(rd *fs.LoopbackRoot) fs.InodeEmbedder {
+			refusedAtWriteback(t, st, refusal{
+				what: "user.big",
+				node: func(rd *fs.LoopbackRoot) fs.InodeEmbedder {
 					return &smallXattrsNode{LoopbackNode: fs.LoopbackNode{RootData: rd}, limit: limit}
-				})
-			})
-			// f: only its attributes go back (the container never read
-			// it); w: written by the container, copied back whole.
-			writeFile(t, r.mntPath("w"), "written")
-			big := []byte(strings.Repeat("v", 60))
-			for _, name := range []string{"f", "w"} {
-				err := unix.Setxattr(r.mntPath(name), "user.big", big, 0)
-				if st == consistency.Cached {
-					if !errors.Is(err, unix.ENOSPC) {
-						t.Fatalf("setxattr user.big of %s in a cached container: %v; want ENOSPC, the host's answer", name, err)
-					}
-					continue
-				}
-				if err != nil {
-					t.Fatalf("setxattr user.big of %s in a delegated container: %v; want it kept for the writeback", name, err)
-				}
-			}
-			if st == consistency.Cached {
-				return
-			}
-			failed := r.flushFailure(t) // while the host refuses user.big
-			for _, name := range []string{"f", "w"} {
-				if e := failed.Failed[name]; e == nil || !strings.Contains(e.Error(), "user.big") {
-					t.Errorf("flush while the host refuses user.big: %v; want a failure of %s naming user.big", failed, name)
-				}
-			}
-			limit.Store(1 << 16) // the host takes it now: the kept changes go on retry
-			r.flush(t)
-			hostXattr(t, r, "f", "user.big", string(big))
-			hostXattr(t, r, "w", "user.big", string(big))
-			if got := readFile(t, r.hostPath("w")); got != "written" {
-				t.Fatalf("host w = %q after the writeback; want %q", got, "written")
-			}
+				},
+				make:   func(p string) error { return unix.Setxattr(p, "user.big", big, 0) },
+				answer: unix.ENOSPC,
+				allow:  func() { limit.Store(1 << 16) },
+				landed: func(t *testing.T, r *rig, name string) { hostXattr(t, r, name, "user.big", string(big)) },
+			}, nil)
 		})
 	}
 }
