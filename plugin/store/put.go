@@ -768,6 +768,15 @@ func (s *Store) putAttrs(rel string, st *unix.Stat_t, have *unix.Stat_t) error {
 // modes of its own (vfat, a share's create mask), or a chown's redo of a
 // mode the host entry already has. Failing those would hold back every new
 // file's content on such a host.
+//
+// A file the container renamed over a host file (as editors save) carries
+// the base of the file it replaced, for the conflict check, so a mode it
+// has that the old file had not counts as the container's change. Over a
+// share that refuses a chmod because its user does not own the file, that
+// refusal does not come: the writeback's new file is the share user's own.
+// Only a file system that keeps no modes of the container's (vfat without
+// "quiet") refuses it; there such a save fails its writeback, where a
+// plain bind would have kept the file system's own mode without a word.
 func (s *Store) hostChmodFailed(rel string, st, now *unix.Stat_t, err error) error {
 	want := st.Mode & 07777
 	if now != nil && now.Mode&07777 == want {
