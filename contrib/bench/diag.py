@@ -123,20 +123,19 @@ def main():
     elif a.workload == "W3":
         w.tar = bench.small_files_tar(b.cache, bench.W3_DIRS, bench.W3_FILES, 100, 4000)
         os.makedirs(os.path.join(b.H, "w3", "diag"), exist_ok=True)
-        # What an earlier diag run unpacked (W3 unpacks into a new
-        # directory of each run's number).
-        for label in range(9, 9 + 1 + a.hot_runs):
-            bench.shutil.rmtree(os.path.join(b.H, "w3", "diag", w.dname("diag", label)), ignore_errors=True)
     elif a.workload == "W5":
         w.prepare()
         w.prepare_config("diag")
-        for label in range(9, 9 + 1 + a.hot_runs):
-            bench.shutil.rmtree(os.path.join(b.H, "w5", "diag", w.dname("diag", label)), ignore_errors=True)
     elif a.workload == "W4":
         w.pristine = os.path.join(b.cache, "w4-pristine")
         if not os.path.isdir(os.path.join(b.H, "w4", "diag")):
             os.makedirs(os.path.join(b.H, "w4"), exist_ok=True)
             w.prepare_config("diag")
+    if isinstance(w, bench.WritesOnce):
+        # What an earlier diag run made (W3 and W5 write into a new
+        # directory of each run's number).
+        for label in range(9, 9 + 1 + a.hot_runs):
+            bench.shutil.rmtree(os.path.join(b.H, w.rel("diag"), w.dname("diag", label)), ignore_errors=True)
     # Its own share (own sshd and sshfs mountpoint): never the one a running
     # bench.py uses.
     b.S = os.path.join(b.work, "S-diag")
