@@ -11,6 +11,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/writeback"
 )
 
 // noTrustedNode is a host file system (a go-fuse loopback) that holds
@@ -125,7 +127,20 @@ func TestD4_AnXattrTheHostRefusesAtWritebackFailsIt(t *testing.T) {
 				answer: unix.ENOSPC,
 				allow:  func() { limit.Store(1 << 16) },
 				landed: func(t *testing.T, r *rig, name string) { hostXattr(t, r, name, "user.big", string(big)) },
-			}, nil)
+			}, func(r *rig) func(*writeback.FlushError) {
+				// n: a file new to the host, with the xattr. Unlike a mode
+				// (TestD4_AModeTheHostRefusesAtWritebackFailsIt), an xattr
+				// is the container's whether or not the host had the file.
+				writeFile(t, r.mntPath("n"), "new")
+				if err := unix.Setxattr(r.mntPath("n"), "user.big", big, 0); err != nil {
+					t.Fatal(err)
+				}
+				return func(failed *writeback.FlushError) {
+					if e := failed.Failed["n"]; e == nil || !strings.Contains(e.Error(), "user.big") {
+						t.Errorf("flush while the host refuses user.big: %v; want a failure of new file n naming it", failed)
+					}
+				}
+			})
 		})
 	}
 }
