@@ -368,6 +368,51 @@ func (r *Root) Lstat(rel string) (unix.Stat_t, error) {
 	return st, r.pathErr("lstat", c, err)
 }
 
+// LstatFresh is Lstat past the caches between the plugin and the share's
+// server, for when a cached answer would be taken for a host edit. A share
+// may answer a lookup from attributes it keeps for a while: the kernel's
+// (FUSE, NFS), and sshfs's own, kept per path, so that a write through one
+// name of a linked file leaves the other names' sizes stale for up to 20 s.
+// statx with AT_STATX_FORCE_SYNC makes the kernel ask the file system; for
+// a regular file, an open first makes sshfs ask its server (its open looks
+// the path up and caches the answer) and NFS revalidate (close-to-open).
+// Nothing but a regular file is opened: a FIFO or device node could block
+// or act on an open. It costs round trips: call it only to confirm a
+// mismatch.
+func (r *Root) LstatFresh(rel string) (unix.Stat_t, error) {
+	c, ok := cleanRel(rel)
+	if !ok {
+		return unix.Stat_t{}, r.pathErr("lstat", rel, ErrEscape)
+	}
+	dfd, name, err := r.parent(c)
+	if err != nil {
+		return unix.Stat_t{}, r.pathErr("lstat", c, err)
+	}
+	defer r.release(dfd)
+	// The forced looks refresh the kernel's copy of the attributes, which
+	// the plain looks after them read (as Stat_t, whatever the platform's).
+	var stx unix.Statx_t
+	var st unix.Stat_t
+	if err := unix.Statx(dfd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_FORCE_SYNC, unix.STATX_BASIC_STATS, &stx); err != nil {
+		return st, r.pathErr("lstat", c, err)
+	}
+	if stx.Mode&unix.S_IFMT == unix.S_IFREG {
+		fd, err := openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			defer unix.Close(fd)
+			err = unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_FORCE_SYNC, unix.STATX_BASIC_STATS, &stx)
+			if err == nil {
+				err = unix.Fstat(fd, &st)
+			}
+			return st, r.pathErr("lstat", c, err)
+		}
+		// Unreadable on the share, or swapped since: the forced look is
+		// the freshest there is.
+	}
+	err = unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	return st, r.pathErr("lstat", c, err)
+}
+
 // OpenFile opens a regular file or directory beneath the root. O_NOFOLLOW and
 // O_CLOEXEC are always added; a symlink anywhere on the way fails with ELOOP.
 //

@@ -13,6 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bindstate/bindstate/plugin/consistency"
+	"github.com/bindstate/bindstate/plugin/internal/staleshare"
+	"github.com/bindstate/bindstate/plugin/writeback"
 )
 
 // A rename made on the host (a directory, in delegated mode) waits for a
@@ -366,10 +368,10 @@ func writeAsContainer(t *testing.T, s *Store, rel, content string) {
 // host's version is kept aside as a copy. Renaming the host's file aside,
 // as for a file with one name, would take the file's other host names with
 // it: those names would keep the host's version and the name written back
-// would become a file of its own. A share that shows each name's attributes
-// from another moment (sshfs) can make this happen with no host edit at
-// all: a base taken through one name looks changed through the other
-// (integration TestD4_LinksSurviveAWriteRightAfterTheLink, flaky on it).
+// would become a file of its own. (A share that shows each name's
+// attributes from another moment, sshfs, made this happen with no host edit
+// at all until the writeback looked again past its caches: see
+// TestD7_StaleAttributesOnTheShareAreNoHostEdit.)
 func TestD7_AConflictOnALinkedFileKeepsItsLinks(t *testing.T) {
 	s := linkedStore(t)
 	ctx := context.Background()
@@ -423,6 +425,68 @@ func TestD7_AConflictOnALinkedFileKeepsItsLinks(t *testing.T) {
 	var sc unix.Stat_t
 	if err := unix.Lstat(asides[0], &sc); err == nil && (sc.Ino == sa.Ino || sc.Mtim.Nano() != old.UnixNano()) {
 		t.Errorf("the copy kept aside: inode %d (a's %d), mtime %v; want a file of its own with the host version's mtime", sc.Ino, sa.Ino, time.Unix(sc.Mtim.Unix()))
+	}
+}
+
+// rule D7: a share that shows a file's attributes from before the
+// writeback's own last change there shows no host edit. sshfs keeps
+// attributes per path for 20 s, so a write back through one name of a
+// linked file leaves the other names' sizes stale; the container's next
+// write through one of them, or its removal, found the host "changed" and
+// kept a spurious conflict copy (integration
+// TestD4_LinksSurviveAWriteRightAfterTheLink/share, flaky on it). The
+// writeback looks at a mismatch again past the caches first.
+func TestD7_StaleAttributesOnTheShareAreNoHostEdit(t *testing.T) {
+	for _, change := range []string{"write", "remove"} {
+		t.Run(change, func(t *testing.T) {
+			backing := t.TempDir()
+			r := newStoreRig(t, consistency.Delegated, writeback.Options{Delay: time.Hour}, func(h string) {
+				os.WriteFile(filepath.Join(backing, "f"), []byte("v1"), 0o644)
+				staleshare.Mount(t, h, backing)
+			})
+			ctx := context.Background()
+			if err := r.s.EnsurePopulated(""); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.s.EnsureContent("f"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.root.Lstat("f"); err != nil { // the share keeps this
+				t.Fatal(err)
+			}
+			// The writeback's own last change, which the share does not
+			// show: the store's base says what it left there.
+			if err := os.WriteFile(filepath.Join(backing, "f"), []byte("v2, longer"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			now := lstat(t, filepath.Join(backing, "f"))
+			if err := r.s.setBase("f", &now); err != nil {
+				t.Fatal(err)
+			}
+			if st, err := r.root.Lstat("f"); err != nil || st.Size != 2 {
+				t.Fatalf("set-up: the share shows f with size %d (%v), want the stale 2", st.Size, err)
+			}
+
+			want := "container's"
+			if change == "write" {
+				writeAsContainer(t, r.s, "f", want)
+			} else if err := r.s.Unlink(ctx, "f"); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.s.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := conflictCopies(t, backing, "f"); len(got) != 0 {
+				t.Errorf("host copies kept aside: %q; want none (the host changed nothing)", got)
+			}
+			got, err := os.ReadFile(filepath.Join(backing, "f"))
+			switch {
+			case change == "write" && string(got) != want:
+				t.Errorf("host f = %q (%v) after the writeback; want the container's %q", got, err, want)
+			case change == "remove" && !os.IsNotExist(err):
+				t.Errorf("host f: %q, %v after the writeback; want it removed", got, err)
+			}
+		})
 	}
 }
 

@@ -198,6 +198,9 @@ func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
 			}
 		}
 	}
+	if known && s.stillAtBase(rel, b, hst) {
+		return nil
+	}
 	aside := rel + ".bindstate-conflict-" + strconv.FormatInt(time.Now().UnixNano(), 10)
 	keep := s.keepAside
 	if rewrittenInPlace(st, hst) {
@@ -213,6 +216,27 @@ func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
 	s.log.Warn("host and container both changed a path; container's version written, host's kept aside",
 		"path", rel, "host_copy", aside, "base_known", known, "base", string(b.encode()), "host_now", string(baseOf(hst).encode()))
 	return nil
+}
+
+// stillAtBase looks at host entry rel again, past the share's caches, when
+// a lookup (hst) did not match base b: it reports whether the host still has
+// b after all, and leaves in hst what it saw. A share may answer a lookup
+// from attributes it kept from before the writeback's own last change there
+// (sshfs keeps them per path for 20 s, so a write through one name of a
+// linked file leaves its other names stale), and a stale answer taken for a
+// host edit would keep a spurious conflict copy (rule D7). Only a mismatch
+// is looked at again: it costs round trips.
+func (s *Store) stillAtBase(rel string, b Base, hst *unix.Stat_t) bool {
+	fresh, err := s.host.LstatFresh(rel)
+	if err != nil {
+		return false // what happens next says what is wrong there
+	}
+	if b.Matches(&fresh) {
+		s.log.Debug("a share's cached attributes did not match the host's; the host is as the store last saw it",
+			"path", rel, "cached", string(baseOf(hst).encode()), "host_now", string(baseOf(&fresh).encode()))
+	}
+	*hst = fresh
+	return b.Matches(hst)
 }
 
 // ensureHostParent writes back missing parent directories first.
@@ -251,7 +275,7 @@ func (s *Store) putAbsent(rel string) error {
 	}
 	b, known := s.hostBase(rel)
 	switch {
-	case known && !b.Matches(&hst) && hst.Mode&unix.S_IFMT != unix.S_IFDIR:
+	case known && hst.Mode&unix.S_IFMT != unix.S_IFDIR && !b.Matches(&hst) && !s.stillAtBase(rel, b, &hst):
 		// The host changed what the container deleted (rule D7): keep it.
 		aside := rel + ".bindstate-conflict-" + strconv.FormatInt(time.Now().UnixNano(), 10)
 		if err := s.keepAside(rel, aside); err != nil {
