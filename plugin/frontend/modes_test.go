@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"github.com/bindstate/bindstate/plugin/consistency"
 	"github.com/bindstate/bindstate/plugin/writeback"
 )
 
@@ -75,5 +77,50 @@ func TestD4_AModeTheHostRefusesAtWritebackFailsIt(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// noChmodNode is a host file system (a go-fuse loopback) that refuses every
+// chmod (EPERM), even one to the mode a file has, as a share that keeps
+// modes of its own does; a new file still gets the mode it is made with.
+type noChmodNode struct{ fs.LoopbackNode }
+
+func (n *noChmodNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if _, ok := in.GetMode(); ok {
+		return syscall.EPERM
+	}
+	return n.LoopbackNode.Setattr(ctx, f, in, out)
+}
+
+// rule D4, the other side of TestD4_AModeTheHostRefusesAtWritebackFailsIt:
+// a refused chmod fails the writeback only when the host file lacks the
+// mode. A delegated file the container gave another owner and mode and
+// rewrote is written back as a new file, made with its mode; the owner
+// goes on after it, and since a chown clears set-id bits the mode is set
+// again after that. A share that refuses that second chmod already has
+// the container's mode: the writeback must succeed (without the check of
+// what the host has, it failed, and the change was retried for ever).
+func TestD4_AChmodTheHostRefusesToAModeItHasIsNoFailure(t *testing.T) {
+	r := newRig(t, consistency.Delegated, func(host string) {
+		backing := t.TempDir()
+		writeFile(t, filepath.Join(backing, "w"), "old")
+		mountHost(t, host, backing, "no-chmod", func(rd *fs.LoopbackRoot) fs.InodeEmbedder {
+			return &noChmodNode{fs.LoopbackNode{RootData: rd}}
+		})
+	})
+	writeFile(t, r.mntPath("w"), "written")
+	if err := os.Chmod(r.mntPath("w"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(r.mntPath("w"), 1000, 1000); err != nil {
+		t.Fatal(err)
+	}
+	r.flush(t)
+	if got := readFile(t, r.hostPath("w")); got != "written" {
+		t.Errorf("host w = %q after the flush; want %q", got, "written")
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(r.hostPath("w"), &st); err != nil || st.Mode&0o7777 != 0o600 || st.Uid != 1000 {
+		t.Errorf("host w: mode %#o, owner %d (%v); want 0600 and 1000, as in the container", st.Mode&0o7777, st.Uid, err)
 	}
 }

@@ -2,9 +2,11 @@ package frontend
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 
@@ -29,8 +31,10 @@ type refusal struct {
 // (only attributes go back), and to w, one it wrote (copied back whole). A
 // cached container gets the host's answer itself (C3). A delegated one
 // keeps the change; its writeback must fail for both paths, naming the
-// change, leave the host's w as it was, and keep both to retry, so that
-// they land, w's content with them, once the host takes the change.
+// change, leave the host's w as it was (a rewritten file lands whole or
+// not at all) but set f's other attributes (its times), and keep both to
+// retry, so that they land, w's content with them, once the host takes
+// the change.
 //
 // more, if set, runs in a delegated container after the change; the check
 // it returns is given the failed writeback.
@@ -38,7 +42,8 @@ func refusedAtWriteback(t *testing.T, st consistency.State, c refusal, more func
 	t.Helper()
 	r := newRig(t, st, func(host string) {
 		backing := t.TempDir()
-		writeFile(t, filepath.Join(backing, "f"), "x")
+		// Larger than the read-ahead fetches: f stays unfetched.
+		writeFile(t, filepath.Join(backing, "f"), strings.Repeat("x", 2<<20))
 		writeFile(t, filepath.Join(backing, "w"), "old")
 		mountHost(t, host, backing, "refusing", c.node)
 	})
@@ -58,6 +63,12 @@ func refusedAtWriteback(t *testing.T, st consistency.State, c refusal, more func
 	if st == consistency.Cached {
 		return
 	}
+	// f's other attributes go back all the same: the refused change fails
+	// its Put after the rest is set.
+	t0 := time.Unix(1600000000, 0)
+	if err := os.Chtimes(r.mntPath("f"), t0, t0); err != nil {
+		t.Fatal(err)
+	}
 	var check func(*writeback.FlushError)
 	if more != nil {
 		check = more(r)
@@ -70,6 +81,14 @@ func refusedAtWriteback(t *testing.T, st consistency.State, c refusal, more func
 	}
 	if got := readFile(t, r.hostPath("w")); got != "old" {
 		t.Errorf("host w = %q while its writeback fails; want the host's own %q", got, "old")
+	}
+	if r.store(t).IsStub("f") {
+		if fi, err := os.Stat(r.hostPath("f")); err != nil || !fi.ModTime().Equal(t0) {
+			t.Errorf("host f's modification time while its writeback fails: %v (%v); want the container's %v: the refused %s held back the rest",
+				fi.ModTime(), err, t0, c.what)
+		}
+	} else {
+		t.Errorf("f was fetched: the test no longer checks a file whose attributes alone go back (putAttrs)")
 	}
 	if check != nil {
 		check(failed)
