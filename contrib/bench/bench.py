@@ -37,6 +37,13 @@ in the same run, median of the repetitions, min and max shown):
                data directory is a fresh one on the target; initdb and the
                server's start and stop are not timed.
 
+Extras (a full run; --extras-only PARTS for one): big, a 100k-file source
+(mount and first stat, a cold walk, the plugin's RSS and idle CPU); run, the
+time from `docker run` to the container's first process with that source
+mounted in each state, through a private dockerd with the managed plugin
+(contrib/bench/dockerrun: here Docker's overhead is the point); flush, the
+exit flush of 100 MB in small files against `cp -r` to the share.
+
 Each repetition runs every configuration in turn (interleaved), so drift on
 the shared machine hits them all alike. Plugin RSS and CPU are read from
 /proc/PID during each workload and at idle.
@@ -583,6 +590,7 @@ class W2(Workload):
 
 
 W3_DIRS, W3_FILES = 200, 100  # 20k files
+EXTRAS = ["big", "run", "flush"]  # what a full run reports besides the workloads (extras)
 
 
 def small_files_tar(cache, dirs, files, lo, hi):
@@ -1375,14 +1383,17 @@ class Bench:
 
     def extras(self):
         """BENCH.md "Also reported": a 100k-file source (mount, first access,
-        a full walk with the plugin's RSS, idle CPU while serving it), and the
-        exit flush of ~100 MB in small files against `cp -r` to the share."""
+        a full walk with the plugin's RSS, idle CPU while serving it, and
+        `docker run` to the first process with it mounted), and the exit
+        flush of ~100 MB in small files against `cp -r` to the share."""
         states = [c for c in ("cached", "delegated") if c in self.configs and c not in self.skipped]
         if not states:
             return
-        parts = self.a.extras_only.split(",") if self.a.extras_only else ["big", "flush"]
+        parts = self.a.extras_only.split(",") if self.a.extras_only else EXTRAS
         if "big" in parts:
             self.extra_big(states)
+        if "run" in parts:
+            self.extra_run(states)
         if "flush" in parts and "delegated" in states:
             self.extra_flush()
 
@@ -1424,6 +1435,29 @@ class Bench:
             finally:
                 p.stop()
             log("extras %s 100k: %s" % (st, e))
+
+    def extra_run(self, states):
+        """`docker run` to the first process for the 100k-file source of
+        extra_big: a private dockerd with the managed plugin, made and timed
+        by contrib/bench/dockerrun (Go: it reuses the integration harness)."""
+        ex = self.extra
+        big = os.path.join(self.H, "big")
+        if not os.path.isdir(big):
+            ex["docker_run"] = {"error": "no 100k-file source: run the big extra first"}
+            return
+        log("extras: docker run to the first process, 100k-file source")
+        helper = os.path.join(self.work, "dockerrun")
+        try:
+            # It is also the container's first process: static.
+            run([os.environ.get("GO") or shutil.which("go") or "/usr/local/go/bin/go", "build", "-mod=vendor",
+                 "-trimpath", "-o", helper, "./contrib/bench/dockerrun"],
+                cwd=REPO, env=dict(os.environ, CGO_ENABLED="0"), timeout=600)
+            _, out = run([helper, "-source", os.path.join(self.S, "big"), "-native", big, "-states", ",".join(states),
+                          "-runs", str(3 if not self.quick else 1)], cwd=REPO, timeout=1200, capture=True)
+            ex["docker_run"] = json.loads(out)
+        except (OSError, BenchError, ValueError) as err:
+            ex["docker_run"] = {"error": str(err)[:500]}
+        log("extras docker run: %s" % json.dumps(ex["docker_run"])[:400])
 
     def extra_flush(self):
         """The exit flush of ~100 MB in small files against `cp -r` to the share."""
@@ -1531,7 +1565,8 @@ def main(argv=None):
                     help="also the 100k-file source and the exit flush of 100 MB (default: on in a full run)")
     ap.add_argument("--no-extras", dest="extras", action="store_false")
     ap.add_argument("--extras-only", default="", metavar="PARTS",
-                    help="run no workload, only these extras: big (100k-file source), flush (exit flush), or both")
+                    help="run no workload, only these extras: big (100k-file source), run (docker run to the "
+                         "first process on it, after big), flush (exit flush); comma-separated")
     ap.add_argument("--cpu-profile", action="store_true",
                     help="have each plugin write a Go CPU profile, WORK/p/NNN-TAG/cpu.pprof (go tool pprof)")
     ap.add_argument("--fuse-debug", action="store_true", help="run the plugin with FUSE_DEBUG=true (slow)")
@@ -1554,9 +1589,9 @@ def main(argv=None):
     try:
         b.setup()
         if a.extras_only:
-            bad = set(a.extras_only.split(",")) - {"big", "flush"}
+            bad = set(a.extras_only.split(",")) - set(EXTRAS)
             if bad:
-                raise BenchError("unknown extras %s: valid are big, flush" % ",".join(sorted(bad)))
+                raise BenchError("unknown extras %s: valid are %s" % (",".join(sorted(bad)), ", ".join(EXTRAS)))
         else:
             b.run_all()
         if a.extras_only or a.extras or (a.extras is None and not a.quick and "W3" in a.workloads):

@@ -82,6 +82,37 @@ def _f(x, fmt="%.2f"):
     return "-" if x is None else fmt % x
 
 
+def docker_run_lines(dr):
+    """The "run" extra (contrib/bench/dockerrun): `docker run` to the first
+    process per configuration, the first run apart (a state's first is its
+    volume's first mount: a fresh store)."""
+    if dr.get("error"):
+        return ["- `docker run` to the first process: error: %s" % dr["error"][:200]]
+    L = ["- `docker run` to the container's first process with that source mounted (a private dockerd, "
+         "busybox; seconds from the CLI's start; first run, then the median of the rest; + its first stat of %s):"
+         % dr.get("probe")]
+    for name in ("native", "consistent", "cached", "delegated"):
+        c = (dr.get("configs") or {}).get(name)
+        if not c:
+            continue
+        if c.get("error"):
+            L.append("  - %s: error: %s" % (name, c["error"][:200]))
+            continue
+        runs = c.get("runs") or []
+        if not runs:
+            continue
+        first, rest = runs[0], runs[1:]
+        line = "  - %s: first run %s s (stat %s s)" % (name, _f(first.get("first_process_s"), "%.3f"),
+                                                       _f(first.get("first_stat_s"), "%.3f"))
+        if rest:
+            line += ", later runs %s s (stat %s s)" % (_f(_med([r.get("first_process_s") for r in rest]), "%.3f"),
+                                                       _f(_med([r.get("first_stat_s") for r in rest]), "%.3f"))
+        if c.get("volume_create_s") is not None:
+            line += "; `docker volume create` before it %s s" % _f(c["volume_create_s"], "%.3f")
+        L.append(line)
+    return L
+
+
 def markdown(res):
     m = res["meta"]
     summ = summary(res)
@@ -184,6 +215,9 @@ def markdown(res):
                          "during the walk; idle while serving it: %s%% CPU, %s MiB"
                          % (st, e.get("mount_s"), e.get("mount_and_first_stat_s"), e.get("walk_s"), e.get("walk_ratio"),
                             wp.get("rss_max_mib"), idl.get("cpu_pct"), idl.get("rss_end_mib")))
+        dr = ex.get("docker_run")
+        if dr:
+            L.extend(docker_run_lines(dr))
         f = ex.get("exit_flush")
         if f:
             if f.get("error"):

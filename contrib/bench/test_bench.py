@@ -61,6 +61,21 @@ class ReportTest(unittest.TestCase):
         self.assertIn("proactive page-cache reclaim: DAMON pageout (kdamond 0)", md)
         self.assertIn("Share: sshfs over loopback sshd.", md)  # results from before --share
 
+    def test_docker_run_extra(self):
+        res = fake_result()
+        run = lambda p, s: {"first_process_s": p, "first_stat_s": s, "exit_s": s + 0.05}
+        res["extra"] = {"docker_run": {"probe": "p4/f", "runs": 3, "configs": {
+            "native": {"runs": [run(0.3, 0.3), run(0.4, 0.4), run(0.5, 0.5)]},
+            "cached": {"volume_create_s": 0.017, "runs": [run(0.6, 0.7), run(0.5, 0.52), run(0.55, 0.6)]},
+            "delegated": {"error": "docker run -v bench-run-delegated:/data: exit 125"}}}}
+        md = report.markdown(res)
+        self.assertIn("  - native: first run 0.300 s (stat 0.300 s), later runs 0.450 s (stat 0.450 s)", md)
+        self.assertIn("  - cached: first run 0.600 s (stat 0.700 s), later runs 0.525 s (stat 0.560 s); "
+                      "`docker volume create` before it 0.017 s", md)
+        self.assertIn("  - delegated: error: docker run -v bench-run-delegated:/data: exit 125", md)
+        res["extra"] = {"docker_run": {"error": "no 100k-file source"}}
+        self.assertIn("- `docker run` to the first process: error: no 100k-file source", report.markdown(res))
+
     def test_markdown_names_the_share(self):
         res = fake_result()
         res["meta"]["share"] = bench.SHARE_TEXT["local"]
