@@ -185,7 +185,7 @@ func (s *Store) recordWritten(rel string, ino uint64, hst *unix.Stat_t) {
 func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
 	b, known := s.hostBase(rel)
 	switch {
-	case known && b.Matches(hst):
+	case known && s.hostAtBase(rel, b, hst):
 		return nil
 	case !known && st.Mode&unix.S_IFMT == unix.S_IFDIR && hst.Mode&unix.S_IFMT == unix.S_IFDIR:
 		return nil // both made the same directory: merge, nothing to keep aside
@@ -197,9 +197,6 @@ func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
 				return nil
 			}
 		}
-	}
-	if known && s.stillAtBase(rel, b, hst) {
-		return nil
 	}
 	aside := rel + ".bindstate-conflict-" + strconv.FormatInt(time.Now().UnixNano(), 10)
 	keep := s.keepAside
@@ -218,25 +215,34 @@ func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
 	return nil
 }
 
-// stillAtBase looks at host entry rel again, past the share's caches, when
-// a lookup (hst) did not match base b: it reports whether the host still has
-// b after all, and leaves in hst what it saw. A share may answer a lookup
-// from attributes it kept from before the writeback's own last change there
-// (sshfs keeps them per path for 20 s, so a write through one name of a
-// linked file leaves its other names stale), and a stale answer taken for a
-// host edit would keep a spurious conflict copy (rule D7). Only a mismatch
-// is looked at again: it costs round trips.
-func (s *Store) stillAtBase(rel string, b Base, hst *unix.Stat_t) bool {
+// hostAtBase reports whether host entry rel, as a lookup saw it (hst), is
+// still what base b recorded: the host has not changed it since the store
+// last saw it (rule D7). A share may answer a lookup from attributes it
+// kept from before the writeback's own last change there (sshfs keeps them
+// per path for 20 s, so a write through one name of a linked file leaves
+// its other names stale), and a stale answer taken for a host edit keeps a
+// spurious conflict copy. So an entry that does not match is looked at
+// again past the caches, and hst is left with what that saw; only a
+// mismatch pays those round trips. A directory is not: its mtime moves with
+// every entry written into it, and its entries merge anyway.
+func (s *Store) hostAtBase(rel string, b Base, hst *unix.Stat_t) bool {
+	if b.Matches(hst) {
+		return true
+	}
+	if hst.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return false
+	}
 	fresh, err := s.host.LstatFresh(rel)
 	if err != nil {
 		return false // what happens next says what is wrong there
 	}
-	if b.Matches(&fresh) {
+	at := b.Matches(&fresh)
+	if at {
 		s.log.Debug("a share's cached attributes did not match the host's; the host is as the store last saw it",
 			"path", rel, "cached", string(baseOf(hst).encode()), "host_now", string(baseOf(&fresh).encode()))
 	}
 	*hst = fresh
-	return b.Matches(hst)
+	return at
 }
 
 // ensureHostParent writes back missing parent directories first.
@@ -275,7 +281,7 @@ func (s *Store) putAbsent(rel string) error {
 	}
 	b, known := s.hostBase(rel)
 	switch {
-	case known && hst.Mode&unix.S_IFMT != unix.S_IFDIR && !b.Matches(&hst) && !s.stillAtBase(rel, b, &hst):
+	case known && hst.Mode&unix.S_IFMT != unix.S_IFDIR && !s.hostAtBase(rel, b, &hst):
 		// The host changed what the container deleted (rule D7): keep it.
 		aside := rel + ".bindstate-conflict-" + strconv.FormatInt(time.Now().UnixNano(), 10)
 		if err := s.keepAside(rel, aside); err != nil {
