@@ -9,12 +9,12 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/bindstate/bindstate/plugin/consistency"
+	"github.com/bindstate/bindstate/plugin/internal/testshare"
 )
 
 // failingCloseNode is a host file system (a go-fuse loopback) that behaves
@@ -76,32 +76,11 @@ func (f *failingCloseFile) Flush(ctx context.Context) syscall.Errno {
 
 // mountHost serves backing at host, the source of a rig, through a go-fuse
 // loopback whose nodes node makes (a test's own node type, which changes
-// a request or counts them). The rig's store may still hold the host open
-// for a moment after its front closed (its drain), so the unmount at
-// cleanup is retried and finally detached: a busy host left mounted fails
-// the test's temporary-directory cleanup.
+// a request or counts them): testshare.Mount.
 func mountHost(t *testing.T, host, backing, name string, node func(rd *fs.LoopbackRoot) fs.InodeEmbedder) {
 	t.Helper()
-	root := &fs.LoopbackRoot{Path: backing}
-	root.NewNode = func(rd *fs.LoopbackRoot, _ *fs.Inode, _ string, _ *syscall.Stat_t) fs.InodeEmbedder { return node(rd) }
-	root.RootNode = node(root)
-	// Without passthrough, as sshfs: a FUSE file system that offers it
-	// may not be the backing file of another's passthrough (the kernel
-	// bounds the stacking), which would hide what the plugin does with
-	// one that does not.
-	srv, err := fs.Mount(host, root.RootNode, &fs.Options{MountOptions: fuse.MountOptions{FsName: name,
-		DisabledCapabilities: fuse.CAP_PASSTHROUGH}})
-	if err != nil {
-		t.Fatalf("mount the host: %v", err)
-	}
-	t.Cleanup(func() {
-		for deadline := time.Now().Add(5 * time.Second); srv.Unmount() != nil; time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				syscall.Unmount(host, syscall.MNT_DETACH)
-				return
-			}
-		}
-	})
+	testshare.Mount(t, host, backing, name, fs.Options{},
+		func(rd *fs.LoopbackRoot, _ *syscall.Stat_t) fs.InodeEmbedder { return node(rd) })
 }
 
 // rule C3: a share that reports a failed write only at close (sshfs

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/bindstate/bindstate/plugin/internal/staleshare"
+	"github.com/bindstate/bindstate/plugin/internal/testshare"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,7 +18,8 @@ import (
 func TestLstatFreshLooksPastTheSharesCaches(t *testing.T) {
 	backing := t.TempDir()
 	mustWrite(t, filepath.Join(backing, "f"), "12")
-	mnt := staleshare.Mount(t, t.TempDir(), backing).Dir
+	mnt := t.TempDir()
+	testshare.MountStale(t, mnt, backing)
 	r, err := Open(mnt)
 	mustNil(t, err)
 	defer r.Close()
@@ -54,8 +55,8 @@ func TestLstatFreshOpensOnlyRegularFiles(t *testing.T) {
 	mustNil(t, os.Symlink("f", filepath.Join(backing, "link")))
 	mustNil(t, unix.Mkfifo(filepath.Join(backing, "fifo"), 0o644))
 	mustWrite(t, filepath.Join(backing, "f"), "12")
-	share := staleshare.Mount(t, t.TempDir(), backing)
-	mnt := share.Dir
+	mnt := t.TempDir()
+	share := testshare.MountStale(t, mnt, backing)
 	r, err := Open(mnt)
 	mustNil(t, err)
 	defer r.Close()

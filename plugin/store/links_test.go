@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bindstate/bindstate/plugin/consistency"
-	"github.com/bindstate/bindstate/plugin/internal/staleshare"
+	"github.com/bindstate/bindstate/plugin/internal/testshare"
 	"github.com/bindstate/bindstate/plugin/writeback"
 )
 
@@ -442,7 +442,7 @@ func TestD7_StaleAttributesOnTheShareAreNoHostEdit(t *testing.T) {
 			backing := t.TempDir()
 			r := newStoreRig(t, consistency.Delegated, writeback.Options{Delay: time.Hour}, func(h string) {
 				os.WriteFile(filepath.Join(backing, "f"), []byte("v1"), 0o644)
-				staleshare.Mount(t, h, backing)
+				testshare.MountStale(t, h, backing)
 			})
 			ctx := context.Background()
 			if err := r.s.EnsurePopulated(""); err != nil {

@@ -1,0 +1,126 @@
+// Package testshare mounts shares for tests: a go-fuse loopback over a
+// backing directory, whose nodes a test makes to behave as a share does
+// (refuse a change, fail at close, count requests). MountStale is one such
+// share kept here for several packages: it answers lookups with stale
+// attributes as sshfs does, what a file had when it was first looked up or
+// last opened, however it changed since (sshfs keeps attributes per path
+// for 20 s and looks again on open), so a test gets a change hidden behind
+// that cache at once and every time, with no timing.
+package testshare
+
+import (
+	"context"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// Mount serves backing at mnt, an empty directory, until the test ends,
+// through a go-fuse loopback whose nodes node makes (st: what the lookup
+// found; nil for the root), with o's timeouts. It skips the test unless it
+// runs as root with /dev/fuse.
+//
+// The share offers no passthrough, as sshfs: a FUSE file system that
+// offers it may not be the backing file of another's passthrough (the
+// kernel bounds the stacking), which would hide what the plugin does with
+// one that does not. A store may still hold the share open a moment after
+// the test (its drain), so the unmount at cleanup is retried and finally
+// detached: a busy mount left behind fails the removal of the test's
+// temporary directories.
+func Mount(t testing.TB, mnt, backing, name string, o fs.Options, node func(rd *fs.LoopbackRoot, st *syscall.Stat_t) fs.InodeEmbedder) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mount tests need root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("mount tests need /dev/fuse")
+	}
+	root := &fs.LoopbackRoot{Path: backing}
+	root.NewNode = func(rd *fs.LoopbackRoot, _ *fs.Inode, _ string, st *syscall.Stat_t) fs.InodeEmbedder {
+		return node(rd, st)
+	}
+	root.RootNode = node(root, nil)
+	o.MountOptions.FsName = name
+	o.MountOptions.DisabledCapabilities |= fuse.CAP_PASSTHROUGH
+	srv, err := fs.Mount(mnt, root.RootNode, &o)
+	if err != nil {
+		t.Fatalf("mount %s over %s: %v", name, backing, err)
+	}
+	t.Cleanup(func() {
+		for deadline := time.Now().Add(5 * time.Second); srv.Unmount() != nil; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				syscall.Unmount(mnt, syscall.MNT_DETACH)
+				return
+			}
+		}
+	})
+}
+
+// Stale is a mounted share with sshfs's stale attributes (MountStale).
+type Stale struct {
+	opens atomic.Int64 // files opened on the share
+}
+
+// Opens is the number of files opened on the share so far.
+func (s *Stale) Opens() int64 { return s.opens.Load() }
+
+// MountStale serves backing at mnt as Mount does, with stale attributes:
+// the kernel keeps entries and attributes for an hour, and the share's own
+// answers are what a file had at its lookup or its last open.
+func MountStale(t testing.TB, mnt, backing string) *Stale {
+	t.Helper()
+	s := new(Stale)
+	hour := time.Hour
+	Mount(t, mnt, backing, "stale-share", fs.Options{AttrTimeout: &hour, EntryTimeout: &hour},
+		func(rd *fs.LoopbackRoot, st *syscall.Stat_t) fs.InodeEmbedder {
+			n := &staleNode{LoopbackNode: fs.LoopbackNode{RootData: rd}, share: s}
+			if st != nil {
+				var out fuse.AttrOut
+				out.FromStat(st)
+				n.frozen = &out
+			}
+			return n
+		})
+	return s
+}
+
+// staleNode is a loopback node whose Getattr answers the attributes it
+// froze at its lookup or at its first Getattr after an open.
+type staleNode struct {
+	fs.LoopbackNode
+	share  *Stale
+	mu     sync.Mutex
+	frozen *fuse.AttrOut
+}
+
+var _ = (fs.NodeGetattrer)((*staleNode)(nil))
+var _ = (fs.NodeOpener)((*staleNode)(nil))
+
+func (n *staleNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.frozen != nil {
+		*out = *n.frozen
+		return 0
+	}
+	if errno := n.LoopbackNode.Getattr(ctx, f, out); errno != 0 {
+		return errno
+	}
+	kept := *out
+	n.frozen = &kept
+	return 0
+}
+
+func (n *staleNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	n.share.opens.Add(1)
+	n.mu.Lock()
+	n.frozen = nil // looked at again by the next Getattr
+	n.mu.Unlock()
+	return n.LoopbackNode.Open(ctx, flags)
+}
