@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/bindstate/bindstate/plugin/internal/testshare"
 	"golang.org/x/sys/unix"
@@ -61,6 +62,24 @@ func TestLstatFreshOpensOnlyRegularFiles(t *testing.T) {
 	mustNil(t, err)
 	defer r.Close()
 
+	// A FIFO is opened by the kernel, never by the share, so the count of
+	// opens cannot see it: a writer waiting for a reader does. Any open for
+	// reading, even one closed at once, lets the writer's open return.
+	writer := make(chan error, 1)
+	go func() {
+		f, err := os.OpenFile(filepath.Join(mnt, "fifo"), os.O_WRONLY, 0)
+		if err == nil {
+			f.Close()
+		}
+		writer <- err
+	}()
+	t.Cleanup(func() { // a reader of our own lets a writer still waiting go
+		if f, err := os.OpenFile(filepath.Join(mnt, "fifo"), os.O_RDONLY|unix.O_NONBLOCK, 0); err == nil {
+			<-writer
+			f.Close()
+		}
+	})
+	time.Sleep(50 * time.Millisecond) // the writer is waiting in its open
 	for name, want := range map[string]uint32{"link": unix.S_IFLNK, "fifo": unix.S_IFIFO} {
 		before := share.Opens()
 		st, err := r.LstatFresh(name)
@@ -71,6 +90,12 @@ func TestLstatFreshOpensOnlyRegularFiles(t *testing.T) {
 		if n := share.Opens() - before; n != 0 {
 			t.Errorf("LstatFresh %s opened %d files on the share, want none", name, n)
 		}
+	}
+	select {
+	case err := <-writer:
+		writer <- err // for the cleanup
+		t.Errorf("LstatFresh fifo opened the FIFO: a writer waiting for a reader went on (%v)", err)
+	case <-time.After(200 * time.Millisecond):
 	}
 	before := share.Opens()
 	if _, err := r.LstatFresh("f"); err != nil {
