@@ -16,16 +16,18 @@ import (
 	"github.com/bindstate/bindstate/plugin/writeback"
 )
 
-// noWorldWritableNode is a host file system (a go-fuse loopback) that
-// refuses, while refuse is set, a chmod that makes anything writable by
-// all (EPERM), as a share refuses a chmod of a file its user does not own.
-type noWorldWritableNode struct {
+// chmodRefusingNode is a host file system (a go-fuse loopback) that
+// refuses a chmod to a mode refuses says (EPERM), as a share refuses a
+// chmod of a file its user does not own, or one that keeps modes of its
+// own refuses every chmod, even to the mode a file has; a new file still
+// gets the mode it is made with.
+type chmodRefusingNode struct {
 	fs.LoopbackNode
-	refuse *atomic.Bool
+	refuses func(mode uint32) bool
 }
 
-func (n *noWorldWritableNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if m, ok := in.GetMode(); ok && m&0o002 != 0 && n.refuse.Load() {
+func (n *chmodRefusingNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if m, ok := in.GetMode(); ok && n.refuses(m) {
 		return syscall.EPERM
 	}
 	return n.LoopbackNode.Setattr(ctx, f, in, out)
@@ -50,7 +52,9 @@ func TestD4_AModeTheHostRefusesAtWritebackFailsIt(t *testing.T) {
 			refusedAtWriteback(t, st, refusal{
 				what: "chmod 0666",
 				node: func(rd *fs.LoopbackRoot) fs.InodeEmbedder {
-					return &noWorldWritableNode{LoopbackNode: fs.LoopbackNode{RootData: rd}, refuse: refuse}
+					// while refuse is set, a mode writable by all
+					return &chmodRefusingNode{LoopbackNode: fs.LoopbackNode{RootData: rd},
+						refuses: func(m uint32) bool { return m&0o002 != 0 && refuse.Load() }}
 				},
 				make:   func(p string) error { return os.Chmod(p, 0o666) },
 				answer: unix.EPERM,
@@ -80,18 +84,6 @@ func TestD4_AModeTheHostRefusesAtWritebackFailsIt(t *testing.T) {
 	}
 }
 
-// noChmodNode is a host file system (a go-fuse loopback) that refuses every
-// chmod (EPERM), even one to the mode a file has, as a share that keeps
-// modes of its own does; a new file still gets the mode it is made with.
-type noChmodNode struct{ fs.LoopbackNode }
-
-func (n *noChmodNode) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if _, ok := in.GetMode(); ok {
-		return syscall.EPERM
-	}
-	return n.LoopbackNode.Setattr(ctx, f, in, out)
-}
-
 // rule D4, the other side of TestD4_AModeTheHostRefusesAtWritebackFailsIt:
 // a refused chmod fails the writeback only when the host file lacks the
 // mode. A delegated file the container gave another owner and mode and
@@ -105,7 +97,7 @@ func TestD4_AChmodTheHostRefusesToAModeItHasIsNoFailure(t *testing.T) {
 		backing := t.TempDir()
 		writeFile(t, filepath.Join(backing, "w"), "old")
 		mountHost(t, host, backing, "no-chmod", func(rd *fs.LoopbackRoot) fs.InodeEmbedder {
-			return &noChmodNode{fs.LoopbackNode{RootData: rd}}
+			return &chmodRefusingNode{LoopbackNode: fs.LoopbackNode{RootData: rd}, refuses: func(uint32) bool { return true }}
 		})
 	})
 	writeFile(t, r.mntPath("w"), "written")
