@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/bindstate/bindstate/plugin/internal/testenv"
 )
 
 func TestRunVersionAndUsage(t *testing.T) {
@@ -192,9 +194,7 @@ func TestServingPluginRaisesCPUsForShareWork(t *testing.T) {
 	if procs < 2 {
 		t.Skip("one CPU: nothing to switch")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a volume needs root")
-	}
+	testenv.RequireFUSE(t)
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
 	if err := os.MkdirAll(src, 0o755); err != nil {

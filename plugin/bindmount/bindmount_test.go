@@ -5,21 +5,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/bindstate/bindstate/plugin/hostpath"
+	"github.com/bindstate/bindstate/plugin/internal/testenv"
 )
-
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (mount(2))")
-	}
-}
 
 // openPath opens dir as the Root would: O_PATH|O_DIRECTORY.
 func openPath(t *testing.T, dir string) int {
@@ -61,7 +54,7 @@ func readFile(t *testing.T, path string) string {
 }
 
 func TestBindWriteBothSidesUnmount(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t, "mount(2)")
 	src := t.TempDir()
 	writeFile(t, filepath.Join(src, "before"), "host")
 	target := filepath.Join(t.TempDir(), "mnt", "key") // parent does not exist yet
@@ -104,7 +97,7 @@ func TestBindWriteBothSidesUnmount(t *testing.T) {
 // The source is taken from the fd: renaming the source path and putting a
 // symlink in its place after opening does not redirect the mount.
 func TestBindFollowsFdNotPath(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t, "mount(2)")
 	base := t.TempDir()
 	src := filepath.Join(base, "src")
 	other := filepath.Join(base, "other")
@@ -138,16 +131,13 @@ func TestBindFollowsFdNotPath(t *testing.T) {
 	}
 }
 
-// Mount through a hostpath.Root (needs Root.Fd and hostpath.Open).
+// Mount through a hostpath.Root (Root.Fd).
 func TestMountRoot(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t, "mount(2)")
 	src := t.TempDir()
 	writeFile(t, filepath.Join(src, "f"), "x")
 	root, err := hostpath.Open(src)
 	if err != nil {
-		if strings.Contains(err.Error(), "unimplemented") {
-			t.Skip("hostpath.Open not implemented yet")
-		}
 		t.Fatal(err)
 	}
 	defer root.Close()
@@ -170,7 +160,7 @@ func TestMountRoot(t *testing.T) {
 // Mounting on a target that still holds a mount (from an earlier run)
 // replaces it instead of stacking.
 func TestMountReplacesStale(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t, "mount(2)")
 	a, b := t.TempDir(), t.TempDir()
 	writeFile(t, filepath.Join(a, "a"), "a")
 	writeFile(t, filepath.Join(b, "b"), "b")
@@ -198,7 +188,7 @@ func TestMountReplacesStale(t *testing.T) {
 
 // A busy mount is detached lazily, and the data behind it stays.
 func TestUnmountBusyDetaches(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t, "mount(2)")
 	src := t.TempDir()
 	target := filepath.Join(t.TempDir(), "mnt")
 	cleanupMount(t, target)
@@ -289,7 +279,7 @@ func TestUnescapeMountinfo(t *testing.T) {
 // A FUSE mount whose server is gone answers ENOTCONN; CleanupStale detaches
 // it. Live mounts and plain directories are left alone.
 func TestCleanupStaleDeadFuse(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t, "mount(2)")
 	target := filepath.Join(t.TempDir(), "fuse")
 	if err := os.Mkdir(target, 0o755); err != nil {
 		t.Fatal(err)
@@ -339,7 +329,7 @@ func TestCleanupStaleDeadFuse(t *testing.T) {
 // A descriptor opened on the target before still writes to the mount
 // beneath.
 func TestStackReadOnlyIsReadOnlyWhereverItPropagates(t *testing.T) {
-	needRoot(t)
+	testenv.RequireRoot(t, "mount(2)")
 	base := t.TempDir()
 	plugin, host := filepath.Join(base, "plugin"), filepath.Join(base, "host")
 	for _, d := range []string{plugin, host} {

@@ -9,6 +9,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/posixtest"
 
 	"github.com/bindstate/bindstate/plugin/consistency"
+	"github.com/bindstate/bindstate/plugin/internal/testenv"
 )
 
 // notFileSystemChecks are posixtest checks that say nothing about a file
@@ -31,7 +32,7 @@ var notFileSystemChecks = map[string]struct {
 // reference) and against the cached and delegated mounts, each check in a
 // fresh directory.
 func TestConformance(t *testing.T) {
-	requireFUSE(t)
+	testenv.RequireFUSE(t)
 	names := make([]string, 0, len(posixtest.All))
 	for n := range posixtest.All {
 		names = append(names, n)

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bindstate/bindstate/plugin/consistency"
+	"github.com/bindstate/bindstate/plugin/internal/testenv"
 )
 
 // rule C3, served from the host: a cached file open for writing only is
@@ -156,7 +157,7 @@ func releasedReader(t *testing.T, r *rig, n uint64) {
 // a stub), and a reader that joins the writer, and one after the close,
 // read what the host has.
 func TestC3_CachedWritersOnAStackedSourceWriteThroughThePlugin(t *testing.T) {
-	requireFUSE(t)
+	testenv.RequireFUSE(t)
 	r := newRig(t, consistency.Cached, func(h string) {
 		base := t.TempDir()
 		lower, upper, work := base+"/lower", base+"/upper", base+"/work"

@@ -18,19 +18,9 @@ import (
 	"github.com/bindstate/bindstate/plugin/consistency"
 	"github.com/bindstate/bindstate/plugin/driver"
 	"github.com/bindstate/bindstate/plugin/hostpath"
+	"github.com/bindstate/bindstate/plugin/internal/testenv"
 	"github.com/bindstate/bindstate/plugin/writeback"
 )
-
-// requireFUSE skips tests that mount, unless running as root with /dev/fuse.
-func requireFUSE(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mount tests need root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("mount tests need /dev/fuse")
-	}
-}
 
 // rig is one front over a fresh host folder.
 type rig struct {
@@ -114,7 +104,7 @@ func forStoreRigs(t *testing.T, test func(t *testing.T, st consistency.State, op
 
 func openRig(t testing.TB, st consistency.State, rescan string, setup func(host string), configure func(*Config), readOnly bool) *rig {
 	t.Helper()
-	requireFUSE(t)
+	testenv.RequireFUSE(t)
 	base := t.TempDir()
 	host := filepath.Join(base, "host")
 	if err := os.Mkdir(host, 0o755); err != nil {

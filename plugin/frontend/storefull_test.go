@@ -17,6 +17,7 @@ import (
 	"github.com/bindstate/bindstate/plugin/consistency"
 	"github.com/bindstate/bindstate/plugin/driver"
 	"github.com/bindstate/bindstate/plugin/hostpath"
+	"github.com/bindstate/bindstate/plugin/internal/testenv"
 )
 
 func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
@@ -30,7 +31,7 @@ func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 func TestD4_Fault_StoreDiskFull(t *testing.T) {
 	for _, st := range storeStates {
 		t.Run(st.String(), func(t *testing.T) {
-			requireFUSE(t)
+			testenv.RequireFUSE(t)
 			base := t.TempDir()
 			host := filepath.Join(base, "host")
 			state := filepath.Join(base, "state")

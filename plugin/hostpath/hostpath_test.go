@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/internal/testenv"
 )
 
 // fixture is a Root at base/root with a sibling base/outside holding a
@@ -131,12 +133,6 @@ func wantErrno(t *testing.T, err error, errno unix.Errno, wantPath string) {
 		}
 	default:
 		t.Errorf("%T is neither *os.PathError nor *os.LinkError", err)
-	}
-}
-
-func needRoot(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root")
 	}
 }
 
@@ -617,9 +613,7 @@ func TestReadDirTypes(t *testing.T) {
 // point, where getdents gives the inode of the directory beneath the mount
 // and lstat that of the mounted root.
 func TestReadDirTypesDoesNotStatTypedEntries(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting needs root")
-	}
+	testenv.RequireRoot(t, "mounting")
 	f := newFixture(t)
 	mustMkdir(t, f.p("d"))
 	mustMkdir(t, f.p("d/mnt"))

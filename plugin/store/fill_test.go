@@ -14,6 +14,7 @@ import (
 
 	"github.com/bindstate/bindstate/plugin/consistency"
 	"github.com/bindstate/bindstate/plugin/hostpath"
+	"github.com/bindstate/bindstate/plugin/internal/testenv"
 	"github.com/bindstate/bindstate/plugin/writeback"
 )
 
@@ -32,9 +33,7 @@ type hostEntry struct {
 // owner, a read-only file, and store directories whose new entries get
 // their mode from a default ACL or their group from the directory.
 func TestC2_APopulatedEntryHasTheHostsModeAndOwner(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("chown needs root")
-	}
+	testenv.RequireRoot(t, "chown")
 	entries := map[string]hostEntry{
 		"plain":   {mode: 0o644},
 		"exec":    {mode: 0o755},

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bindstate/bindstate/plugin/consistency"
+	"github.com/bindstate/bindstate/plugin/internal/testenv"
 	"github.com/bindstate/bindstate/plugin/writeback"
 )
 
@@ -88,9 +89,7 @@ func TestFetchLeavesTheHostsAtime(t *testing.T) {
 // refuses every xattr call as the source does (EOPNOTSUPP) and journals
 // nothing; a local folder still takes them.
 func TestD4_AnXattrTheSourceCannotHoldIsRefused(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting ramfs needs root")
-	}
+	testenv.RequireRoot(t, "mounting ramfs")
 	r := newStoreRig(t, consistency.Delegated, writeback.Options{Delay: time.Hour}, func(h string) {
 		if err := unix.Mount("ramfs", h, "ramfs", 0, ""); err != nil {
 			t.Fatalf("mount ramfs: %v", err)

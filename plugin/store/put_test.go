@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bindstate/bindstate/plugin/consistency"
+	"github.com/bindstate/bindstate/plugin/internal/testenv"
 )
 
 // A Put takes the host parent directory to be there and looks at it only
@@ -62,9 +63,7 @@ func TestHostChownLeavesAnOwnerThatIsRight(t *testing.T) {
 	if after := lstat(t, host); after.Ctim != before.Ctim {
 		t.Fatalf("chown to the owner the host file has ran (ctime %v -> %v)", before.Ctim, after.Ctim)
 	}
-	if os.Getuid() != 0 {
-		t.Skip("changing a file's owner needs root")
-	}
+	testenv.RequireRoot(t, "changing a file's owner")
 	s.hostChown("f", Owner{Uid: 4242, Gid: 4343}, nil)
 	if st := lstat(t, host); st.Uid != 4242 || st.Gid != 4343 {
 		t.Fatalf("host owner %d:%d, want 4242:4343", st.Uid, st.Gid)

@@ -10,7 +10,6 @@ package testshare
 
 import (
 	"context"
-	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -19,6 +18,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/bindstate/bindstate/plugin/internal/testenv"
 )
 
 // Mount serves backing at mnt, an empty directory, until the test ends,
@@ -35,12 +36,7 @@ import (
 // temporary directories.
 func Mount(t testing.TB, mnt, backing, name string, o fs.Options, node func(rd *fs.LoopbackRoot, st *syscall.Stat_t) fs.InodeEmbedder) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mount tests need root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("mount tests need /dev/fuse")
-	}
+	testenv.RequireFUSE(t)
 	root := &fs.LoopbackRoot{Path: backing}
 	root.NewNode = func(rd *fs.LoopbackRoot, _ *fs.Inode, _ string, st *syscall.Stat_t) fs.InodeEmbedder {
 		return node(rd, st)
