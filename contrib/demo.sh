@@ -450,7 +450,15 @@ demo() {
 }
 
 # ---------------------------------------------------------------- clean
-cat_record() { [ -f "$RECORD" ] && sed -n "s/^$1=//p" "$RECORD" | tail -1 || true; }
+# cat_record NAME: the last value recorded for NAME, unquoted (record writes
+# it with %q: an empty value is '', which is no daemon address).
+cat_record() {
+  local raw
+  [ -f "$RECORD" ] || return 0
+  raw=$(sed -n "s/^$1=//p" "$RECORD" | tail -1)
+  [ -n "$raw" ] || return 0
+  eval "printf '%s' $raw"
+}
 
 # mounts_under DIR: mount points at or beneath DIR, deepest first.
 mounts_under() {
@@ -484,7 +492,7 @@ clean() {
     say "Nothing to clean: no record of a demo ($RECORD)."
     return 0
   fi
-  local private pid host
+  local private pid host rc=0
   private=$(cat_record PRIVATE_DAEMON)
   pid=$(cat_record DAEMON_PID)
   host=$(cat_record DEMO_DOCKER_HOST)
@@ -499,7 +507,7 @@ clean() {
       # shellcheck disable=SC2086
       run docker rm -f $ids || true
     fi
-    for v in $(sed -n 's/^VOLUME=//p' "$RECORD"); do
+    for v in $(sed -n 's/^VOLUME=//p' "$RECORD"); do # volume names need no quoting
       if docker volume inspect "$v" >/dev/null 2>&1; then run docker volume rm -f "$v" || true; fi
     done
     if [ "$(cat_record PLUGIN_CREATED)" = 1 ] && docker plugin inspect "$PLUGIN" >/dev/null 2>&1; then
@@ -511,9 +519,9 @@ clean() {
     fi
   else
     warn "the daemon at ${host:-the default socket} does not answer: containers, volumes, plugin and image left as they are"
+    rc=1 # the record stays, for a clean once it answers
   fi
 
-  local rc=0
   if [ "$private" = 1 ]; then
     if [ -n "$pid" ] && ! is_our_dockerd "$pid" && [ -s "$PRIVATE_LOG" ]; then
       warn "the private dockerd (PID $pid) had already exited; the end of its log:"
