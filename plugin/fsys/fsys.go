@@ -317,7 +317,7 @@ func idFromStat(st *unix.Stat_t) fs.StableAttr {
 func fillAttr(out *fuse.Attr, st *unix.Stat_t) {
 	out.Ino = st.Ino
 	out.Size = uint64(st.Size)
-	out.Blocks = uint64(st.Blocks)
+	out.Blocks = blocksOf(st)
 	out.Blksize = uint32(st.Blksize)
 	out.Atime, out.Atimensec = uint64(st.Atim.Sec), uint32(st.Atim.Nsec)
 	out.Mtime, out.Mtimensec = uint64(st.Mtim.Sec), uint32(st.Mtim.Nsec)
@@ -326,4 +326,24 @@ func fillAttr(out *fuse.Attr, st *unix.Stat_t) {
 	out.Nlink = uint32(st.Nlink)
 	out.Uid, out.Gid = st.Uid, st.Gid
 	out.Rdev = uint32(st.Rdev)
+}
+
+// blocksOf is st_blocks as the container sees it. A regular file whose
+// store copy has a size and no block is nearly always a stub: its content
+// not fetched yet, its size set by a truncate, and its xattrs in the inode
+// (store.Base.encode). It is shown with the blocks its content will take
+// once fetched, whole blocks of the store's, as the host shows it with
+// its data: du and ls -s count what the tree holds, not nothing, and a
+// tool that reads zero blocks as "all holes" does not skip it. A file the
+// container made all holes (truncate -s) is shown so too: rare, and it
+// reads as zeros either way.
+func blocksOf(st *unix.Stat_t) uint64 {
+	if st.Blocks != 0 || st.Size <= 0 || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return uint64(st.Blocks)
+	}
+	bs := int64(st.Blksize)
+	if bs < 512 {
+		bs = 4096
+	}
+	return uint64((st.Size + bs - 1) / bs * (bs / 512))
 }

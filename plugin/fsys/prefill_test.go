@@ -12,6 +12,7 @@ import (
 
 	"github.com/bindstate/bindstate/plugin/consistency"
 	"github.com/bindstate/bindstate/plugin/hostpath"
+	"github.com/bindstate/bindstate/plugin/internal/testenv"
 	"github.com/bindstate/bindstate/plugin/store"
 )
 
@@ -55,9 +56,7 @@ func newOneFileStore(t *testing.T, state consistency.State, content string) *sto
 // fills (or mounts something on) first. Tests that mount it need root.
 func newStoreOver(t testing.TB, state consistency.State, setup func(host string)) *store.Store {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mount tests need root")
-	}
+	testenv.RequireFUSE(t)
 	base := t.TempDir()
 	host := filepath.Join(base, "host")
 	if err := os.Mkdir(host, 0o755); err != nil {
@@ -316,5 +315,31 @@ func TestPrefill_AnAttributeInvalidationStoresNothingAgain(t *testing.T) {
 	}
 	if n, p := r.ops("read"), r.ops("prefill"); n != 0 || p != 1 {
 		t.Errorf("%d READs and %d prefills, want 0 and 1", n, p)
+	}
+}
+
+// A stub (a file listed from the host, not read yet) shows the blocks its
+// content takes, not the none its store copy has: du in a container counts
+// the tree. Statting it fetches nothing.
+func TestAStubShowsTheBlocksOfItsContent(t *testing.T) {
+	for _, state := range []consistency.State{consistency.Cached, consistency.Delegated} {
+		t.Run(state.String(), func(t *testing.T) {
+			st := newStoreOver(t, state, func(host string) {
+				if err := os.WriteFile(filepath.Join(host, "f"), make([]byte, 10000), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			})
+			m := mountStore(t, st)
+			var got unix.Stat_t
+			if err := unix.Lstat(filepath.Join(m.Mountpoint(), "f"), &got); err != nil {
+				t.Fatal(err)
+			}
+			if !st.IsStub("f") {
+				t.Fatal("f was fetched by a stat")
+			}
+			if want := int64(24); got.Blocks != want { // 3 blocks of 4 KiB
+				t.Errorf("a 10,000-byte stub shows %d blocks of 512 bytes, want %d", got.Blocks, want)
+			}
+		})
 	}
 }

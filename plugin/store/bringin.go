@@ -91,7 +91,7 @@ func (s *Store) RefreshEntry(rel string) (bool, error) {
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFREG {
 		if !s.IsStub(rel) {
-			if err := s.local.Setxattr(rel, xattrStub, []byte("1"), 0); err != nil {
+			if err := s.local.Setxattr(rel, xattrStub, mark, 0); err != nil {
 				return false, err
 			}
 			s.markedStub()

@@ -575,7 +575,7 @@ func (f *File) restub() {
 	serr := unix.Fstat(int(f.host.Fd()), &st)
 	if serr != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		f.s.log.Warn("stat of a host-written file failed; its store copy is fetched again at the next open", "path", rel, "err", serr)
-		if err := unix.Fsetxattr(fd, xattrStub, []byte("1"), 0); err != nil {
+		if err := unix.Fsetxattr(fd, xattrStub, mark, 0); err != nil {
 			f.s.log.Error("marking a host-written file's store copy stale", "path", rel, "err", err)
 		}
 		f.s.markedStub()

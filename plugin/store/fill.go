@@ -104,7 +104,7 @@ func (s *Store) EnsurePopulated(dir string) error {
 	if err := futimens(d.Fd(), []unix.Timespec{{Nsec: unix.UTIME_OMIT}, before.Mtim}); err != nil {
 		return fmt.Errorf("populate %q: %w", dir, err)
 	}
-	if err := d.Setxattr(xattrPopulated, []byte("1"), 0); err != nil {
+	if err := d.Setxattr(xattrPopulated, mark, 0); err != nil {
 		return err
 	}
 	s.populatedMu.Lock()
@@ -311,7 +311,7 @@ func stubFd(fd int, size int64) error {
 		}
 		return nil
 	}
-	if err := unix.Fsetxattr(fd, xattrStub, []byte("1"), 0); err != nil {
+	if err := unix.Fsetxattr(fd, xattrStub, mark, 0); err != nil {
 		return err
 	}
 	return unix.Ftruncate(fd, size)

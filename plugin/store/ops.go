@@ -308,7 +308,7 @@ func (s *Store) Mkdir(ctx context.Context, rel string, mode uint32, o Owner) err
 				return err
 			}
 			// New and empty on the host too: nothing to list later.
-			return s.local.Setxattr(rel, xattrPopulated, []byte("1"), 0)
+			return s.local.Setxattr(rel, xattrPopulated, mark, 0)
 		})
 }
 

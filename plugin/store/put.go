@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path"
 	"strconv"
@@ -211,7 +212,7 @@ func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
 	}
 	s.conflicts.Add(1)
 	s.log.Warn("host and container both changed a path; container's version written, host's kept aside",
-		"path", rel, "host_copy", aside, "base_known", known, "base", string(b.encode()), "host_now", string(baseOf(hst).encode()))
+		"path", rel, "host_copy", aside, "base_known", known, "base", b.String(), "host_now", baseOf(hst).String())
 	return nil
 }
 
@@ -239,7 +240,7 @@ func (s *Store) hostAtBase(rel string, b Base, hst *unix.Stat_t) bool {
 	at := b.Matches(&fresh)
 	if at {
 		s.log.Debug("a share's cached attributes did not match the host's; the host is as the store last saw it",
-			"path", rel, "cached", string(baseOf(hst).encode()), "host_now", string(baseOf(&fresh).encode()))
+			"path", rel, "cached", baseOf(hst).String(), "host_now", baseOf(&fresh).String())
 	}
 	*hst = fresh
 	return at
@@ -815,12 +816,11 @@ func (s *Store) hostChmodFailed(rel string, st, now *unix.Stat_t, err error) err
 	if b, known := s.hostBase(rel); known && b.Mode&07777 != want {
 		return fmt.Errorf("chmod %#o: %w", want, err)
 	}
+	level, msg := slog.LevelDebug, "the host refused a mode that changes none of its own paths' modes"
 	if s.modeRefusalSeen.CompareAndSwap(false, true) {
-		s.log.Warn("the host refused a mode that changes none of its own paths' modes; it keeps its own (said once per volume)",
-			"path", rel, "mode", fmt.Sprintf("%#o", want), "err", err)
-	} else {
-		s.log.Debug("the host refused a mode that changes none of its own paths' modes", "path", rel, "mode", fmt.Sprintf("%#o", want), "err", err)
+		level, msg = slog.LevelWarn, msg+"; it keeps its own (said once per volume)"
 	}
+	s.log.Log(context.Background(), level, msg, "path", rel, "mode", fmt.Sprintf("%#o", want), "err", err)
 	return nil
 }
 
