@@ -27,28 +27,14 @@ func TestDemoAndItsCleanLeaveTheDaemonAsTheyFoundIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := harness.MakeShortDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	d := harness.NewDaemon(dir)
-	d.Dockerd, d.DockerCLI, d.ExtraPath = base.Dockerd, base.DockerCLI, base.ExtraPath
-	d.Socket = filepath.Join(dir, "a,b", "docker.sock")
-	if err := os.Mkdir(filepath.Dir(d.Socket), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(); err != nil {
-		t.Fatalf("start a daemon for the demo: %v\n%s", err, d.LogTail(40))
-	}
-	t.Cleanup(func() {
-		if err := d.Cleanup(); err != nil {
-			t.Errorf("the demo's daemon: %v", err)
+	d := anotherDaemon(t, base, func(d *harness.Daemon) {
+		d.Socket = filepath.Join(d.Dir, "a,b", "docker.sock")
+		if err := os.Mkdir(filepath.Dir(d.Socket), 0o700); err != nil {
+			t.Fatal(err)
 		}
 	})
-	d.ShowLogOnFailure(t)
 
-	home := filepath.Join(dir, "demo")
+	home := filepath.Join(d.Dir, "demo")
 	demo := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command("bash", append([]string{filepath.Join(repo, "contrib", "demo.sh")}, args...)...)

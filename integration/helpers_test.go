@@ -226,3 +226,30 @@ func waitShareShows(t *testing.T, path string, want int64) time.Duration {
 		return fi.Size() == want, fmt.Sprintf("size %d mtime %v", fi.Size(), fi.ModTime())
 	})
 }
+
+// anotherDaemon starts a daemon of its own, beneath a new short directory
+// (its data root, socket and config: no plugin, no image), from the same
+// programs as like; setup, if not nil, changes it before it starts. It is
+// stopped, by PID, and its directory removed when the test ends.
+func anotherDaemon(t *testing.T, like *harness.Daemon, setup func(*harness.Daemon)) *harness.Daemon {
+	t.Helper()
+	dir, err := harness.MakeShortDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := harness.NewDaemon(dir)
+	d.Dockerd, d.DockerCLI, d.ExtraPath = like.Dockerd, like.DockerCLI, like.ExtraPath
+	if setup != nil {
+		setup(d)
+	}
+	t.Cleanup(func() {
+		if err := d.Cleanup(); err != nil {
+			t.Errorf("the daemon in %s: %v", dir, err)
+		}
+	})
+	if err := d.Start(); err != nil {
+		t.Fatalf("start a daemon in %s: %v\n%s", dir, err, d.LogTail(40))
+	}
+	d.ShowLogOnFailure(t)
+	return d
+}

@@ -114,24 +114,9 @@ func TestPluginInstallFromRegistry(t *testing.T) {
 	d.Docker(t, "plugin", "push", ref)
 
 	// A clean daemon: no plugin, no image, its own data root.
-	cdir, err := harness.MakeShortDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	clean := harness.NewDaemon(cdir)
-	clean.Dockerd, clean.DockerCLI, clean.ExtraPath = d.Dockerd, d.DockerCLI, d.ExtraPath
-	if err := clean.Start(); err != nil {
-		t.Fatalf("start a clean daemon: %v\n%s", err, clean.LogTail(40))
-	}
-	t.Cleanup(func() {
-		if err := clean.Cleanup(); err != nil {
-			t.Errorf("clean daemon: %v", err)
-		}
-	})
-	clean.ShowLogOnFailure(t)
-
-	root := filepath.Join(cdir, "src")
-	outside := filepath.Join(cdir, "elsewhere")
+	clean := anotherDaemon(t, d, nil)
+	root := filepath.Join(clean.Dir, "src")
+	outside := filepath.Join(clean.Dir, "elsewhere")
 	for _, p := range []string{root, outside} {
 		if err := os.MkdirAll(p, 0o755); err != nil {
 			t.Fatal(err)

@@ -92,6 +92,12 @@ func TestD4_Fault_StoreDiskFull(t *testing.T) {
 			if err := os.Remove(filepath.Join(mnt, "big")); err != nil {
 				t.Fatalf("remove the big file: %v", err)
 			}
+			// Its store copy's space comes back once the plugin's last
+			// descriptor of it is closed: the kernel sends the RELEASE of
+			// the container's handle and the FORGET of the node after the
+			// close and the unlink have returned, and a writeback may be
+			// reading it. On a loaded machine that is a moment later.
+			waitStoreSpace(t, state, 1<<20)
 			writeFile(t, filepath.Join(mnt, "after"), "after")
 			ctx, cancel := contextWithTimeout(30 * time.Second)
 			defer cancel()
@@ -132,5 +138,23 @@ func TestD4_Fault_StoreDiskFull(t *testing.T) {
 			}
 			_ = consistency.Cached
 		})
+	}
+}
+
+// waitStoreSpace waits until the file system of dir has at least free
+// bytes free, for up to 10 s.
+func waitStoreSpace(t *testing.T, dir string, free uint64) {
+	t.Helper()
+	var fs unix.Statfs_t
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if err := unix.Statfs(dir, &fs); err != nil {
+			t.Fatal(err)
+		}
+		if fs.Bavail*uint64(fs.Bsize) >= free {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the store has %d bytes free 10 s after the big file's removal, want %d", fs.Bavail*uint64(fs.Bsize), free)
+		}
 	}
 }
