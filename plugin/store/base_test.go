@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -110,4 +111,55 @@ func blocks(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return st.Blocks
+}
+
+// A store records its format; one written before formats were recorded
+// (bases as text) is opened and given this plugin's; one of a newer format
+// than this plugin's (a downgrade) is refused with what to do, and is left
+// as it was, its journal included.
+func TestAStoreOfANewerFormatIsRefused(t *testing.T) {
+	r := newStoreRig(t, consistency.Delegated, writeback.Options{Delay: time.Hour}, func(h string) {})
+	tree := filepath.Join(r.base, "tree")
+	format := func() string {
+		t.Helper()
+		b := make([]byte, 16)
+		n, err := unix.Getxattr(tree, xattrFormat, b)
+		if err != nil {
+			t.Fatalf("the store's format: %v", err)
+		}
+		return string(b[:n])
+	}
+	if got := format(); got != strconv.Itoa(storeFormat) {
+		t.Fatalf("a new store records format %q, want %d", got, storeFormat)
+	}
+	r.restart(t, func() {
+		if err := unix.Removexattr(tree, xattrFormat); err != nil { // as a store from before
+			t.Fatal(err)
+		}
+	})
+	if got := format(); got != strconv.Itoa(storeFormat) {
+		t.Fatalf("a store from before formats were recorded was given %q, want %d", got, storeFormat)
+	}
+	if err := r.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r.s = nil
+	newer := strconv.Itoa(storeFormat + 1)
+	if err := unix.Setxattr(tree, xattrFormat, []byte(newer), 0); err != nil {
+		t.Fatal(err)
+	}
+	journal, err := os.ReadFile(filepath.Join(r.base, "journal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(Config{Host: r.root, Tree: tree, Journal: filepath.Join(r.base, "journal"), State: consistency.Delegated})
+	if err == nil || !strings.Contains(err.Error(), "newer bindstate") || !strings.Contains(err.Error(), "formats 1 to "+strconv.Itoa(storeFormat)) {
+		t.Fatalf("opening a store of format %s: %v; want a refusal naming the formats this plugin reads", newer, err)
+	}
+	if got := format(); got != newer {
+		t.Errorf("the refused store's format is %q now, want %s left alone", got, newer)
+	}
+	if after, _ := os.ReadFile(filepath.Join(r.base, "journal")); string(after) != string(journal) {
+		t.Error("the refused store's journal changed")
+	}
 }

@@ -51,7 +51,15 @@ const (
 	xattrPopulated = XattrPrefix + "populated" // dir: host entries have been listed into it
 	xattrBase      = XattrPrefix + "base"      // host attributes when last in sync (rule D7)
 	xattrRemoved   = XattrPrefix + "removed"   // xattr names the container removed, not yet from the host (removedXattrs)
+	xattrFormat    = XattrPrefix + "format"    // the tree's root: the store format it was last opened with (checkFormat)
 )
+
+// storeFormat is the layout of the store's bookkeeping this plugin reads
+// and writes: 2 since bases are binary (Base.encode); 1, the stores before,
+// had no record of it. A store records the format it was opened with, and a
+// plugin refuses a store of a newer format than its own (a downgrade): it
+// would misread the newer bookkeeping, and take every base for unknown.
+const storeFormat = 2
 
 // mark is the value of the stub and populated xattrs, which say what they
 // say by being there: empty, so that either fits beside a base in an ext4
@@ -162,6 +170,33 @@ type Store struct {
 	prefetch *prefetcher // read-ahead from the host
 }
 
+// checkFormat refuses a store tree written in a newer store format than
+// this plugin's, and records this plugin's on one written before it. The
+// store keeps its bookkeeping in user xattrs: writing the record is also
+// the check that the disk holds them, refused here rather than misbehaving
+// later.
+func checkFormat(local *hostpath.Root, tree string) error {
+	var b [16]byte
+	n, err := local.Getxattr("", xattrFormat, b[:])
+	switch {
+	case err == nil:
+		f, perr := strconv.Atoi(string(b[:n]))
+		if perr != nil || f > storeFormat {
+			return fmt.Errorf("store: %s was written by a newer bindstate (store format %q; this plugin reads formats 1 to %d): "+
+				"run that version again; what the store has not written back to the host stays in it", tree, b[:n], storeFormat)
+		}
+		if f == storeFormat {
+			return nil
+		}
+	case !errors.Is(err, unix.ENODATA):
+		return fmt.Errorf("store: %s must support user xattrs (ext4, xfs, btrfs, tmpfs): %w", tree, err)
+	}
+	if err := local.Setxattr("", xattrFormat, []byte(strconv.Itoa(storeFormat)), 0); err != nil {
+		return fmt.Errorf("store: %s must support user xattrs (ext4, xfs, btrfs, tmpfs): %w", tree, err)
+	}
+	return nil
+}
+
 // keptDirs is how many store directories stay open between operations:
 // enough for an untar's or a build's working set, a few hundred KiB of
 // kernel memory per store at most.
@@ -214,11 +249,9 @@ func Open(cfg Config) (*Store, error) {
 	if s.shareWork == nil {
 		s.shareWork = func() {}
 	}
-	// The store keeps its bookkeeping in user xattrs: refuse a disk that
-	// cannot hold them instead of misbehaving later.
-	if err := local.Setxattr("", XattrPrefix+"probe", []byte("1"), 0); err != nil {
+	if err := checkFormat(local, cfg.Tree); err != nil {
 		local.Close()
-		return nil, fmt.Errorf("store: %s must support user xattrs (ext4, xfs, btrfs, tmpfs): %w", cfg.Tree, err)
+		return nil, err
 	}
 	if err := s.syncRootAttrs(); err != nil {
 		local.Close()
