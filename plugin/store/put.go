@@ -192,6 +192,13 @@ func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
 		return nil // both made the same directory: merge, nothing to keep aside
 	case st.Mode&unix.S_IFMT == unix.S_IFDIR && hst.Mode&unix.S_IFMT == unix.S_IFDIR:
 		return nil // a directory's own attributes: the container's win, entries merge
+	case known && b.Mode&unix.S_IFMT == unix.S_IFDIR && hst.Mode&unix.S_IFMT == unix.S_IFDIR && s.hostHoldsOnlyRemovals(rel, 0):
+		// The container removed a directory it knew and made something
+		// else at its name. The host directory's mtime is no sign of a host
+		// edit (it moved with every entry the writeback made or removed in
+		// it); what it holds is: nothing, or only entries the container
+		// removed too, as the host had them, their removals still queued.
+		return nil
 	case st.Mode&unix.S_IFMT == unix.S_IFLNK && hst.Mode&unix.S_IFMT == unix.S_IFLNK:
 		if t1, err := s.local.Readlink(rel); err == nil {
 			if t2, err := s.host.Readlink(rel); err == nil && t1 == t2 {
@@ -244,6 +251,43 @@ func (s *Store) hostAtBase(rel string, b Base, hst *unix.Stat_t) bool {
 	}
 	*hst = fresh
 	return at
+}
+
+// hostHoldsOnlyRemovals reports whether every entry beneath host directory
+// dir is one the container removed, as the host still has it: gone from the
+// store, its removal queued (dirty), and the host entry at the base the
+// store knew it by. Anything else, an entry the host added or changed, or
+// one the container still has, is what replacing the directory would lose.
+func (s *Store) hostHoldsOnlyRemovals(dir string, depth int) bool {
+	if depth > 64 {
+		return false
+	}
+	entries, err := s.host.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for i := range entries {
+		e := &entries[i]
+		child := join(dir, e.Name)
+		if !s.IsDirty(child) {
+			return false
+		}
+		if _, err := s.local.Lstat(child); !gone(err) {
+			return false
+		}
+		b, known := s.hostBase(child)
+		switch {
+		case !known:
+			return false
+		case e.Stat.Mode&unix.S_IFMT == unix.S_IFDIR:
+			if !s.hostHoldsOnlyRemovals(child, depth+1) {
+				return false
+			}
+		case !b.Matches(&e.Stat):
+			return false
+		}
+	}
+	return true
 }
 
 // ensureHostParent writes back missing parent directories first.
