@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -569,10 +570,21 @@ func (f *File) HostFd() int {
 // cannot be read, the copy is still marked a stub: the next open then
 // fails with the share's error instead of reading what the host lost.
 func (f *File) restub() {
+	// Two releases of one file served from the host may overlap: the
+	// kernel sends a RELEASE after the close returns, so a new writer can
+	// open, write and be released while an earlier release is still here.
+	// Each takes the host's size inside this lock; without it the earlier
+	// one could truncate the stub to the size it saw, after the later one
+	// gave it the size after its writes (the exerciser saw the container
+	// stat a file at a size from before its own append).
+	defer f.s.locks.Lock("restub:" + strconv.FormatUint(f.storeIno(), 10))()
 	rel := f.Rel()
 	fd := int(f.local.Fd())
 	var st unix.Stat_t
 	serr := unix.Fstat(int(f.host.Fd()), &st)
+	if testHookRestub != nil {
+		testHookRestub(rel)
+	}
 	if serr != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		f.s.log.Warn("stat of a host-written file failed; its store copy is fetched again at the next open", "path", rel, "err", serr)
 		if err := unix.Fsetxattr(fd, xattrStub, mark, 0); err != nil {
@@ -594,6 +606,10 @@ func (f *File) restub() {
 		f.s.log.Error("making a host-written file's store copy a stub", "path", rel, "err", err)
 	}
 }
+
+// testHookRestub, if set (by tests), is called by restub between its look
+// at the host file and the stub it makes of the store copy.
+var testHookRestub func(rel string)
 
 // isNoSpace reports whether err is the store's disk or quota being full.
 func isNoSpace(err error) bool {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -290,5 +292,59 @@ func TestKeptFileIsClosedWithItsLastReference(t *testing.T) {
 	k.Drop() // after the close: nothing counted twice
 	if keptLive.Load() != before {
 		t.Fatalf("keptLive %d after a Drop past the close, want %d", keptLive.Load(), before)
+	}
+}
+
+// Rule C3: two releases of one file served from the host that overlap (the
+// kernel sends a RELEASE after the close returns, so a second writer may
+// open, write and be released meanwhile) leave the store copy at the host's
+// size after both. Without the restub lock the first release, paused here
+// after its look at the host, cut the stub back to the size from before the
+// second writer's write: "store copy of 5 bytes, host file of 14".
+func TestC3_OverlappingReleasesOfAHostWrittenFileLeaveTheHostsSize(t *testing.T) {
+	r, k, w1 := newHostWriterRig(t, "old")
+	k.Drop()
+	ctx := context.Background()
+	if _, err := unix.Pwrite(w1.HostFd(), []byte("first"), 0); err != nil {
+		t.Fatal(err)
+	}
+	looked, goOn := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	testHookRestub = func(string) {
+		if first.CompareAndSwap(false, true) { // the second release goes on
+			close(looked)
+			<-goOn
+		}
+	}
+	t.Cleanup(func() { testHookRestub = nil })
+	released1 := make(chan struct{})
+	go func() { w1.Release(); close(released1) }()
+	<-looked
+
+	w2, err := r.s.Open(ctx, "f", unix.O_WRONLY, relF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w2.ServeFromHost(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.Pwrite(w2.HostFd(), []byte(" and more"), 5); err != nil {
+		t.Fatal(err)
+	}
+	released2 := make(chan struct{})
+	go func() { w2.Release(); close(released2) }()
+	select { // without the lock the second release ends now
+	case <-released2:
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(goOn)
+	<-released1
+	<-released2
+	st, err := r.s.Lstat("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size != 14 {
+		t.Fatalf("store copy of %d bytes, host file of 14", st.Size)
 	}
 }
