@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,4 +94,75 @@ func readHostFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// Rule D7 for a directory the container removed: the host's directory goes
+// with what the container removed in it, but one holding a file the host
+// added meanwhile (which the container never saw) is kept aside, the file
+// in it, not removed with it.
+func TestD7_ARemovedDirectoryHoldingWhatTheHostAddedIsKeptAside(t *testing.T) {
+	for _, hostAdds := range []bool{false, true} {
+		name := "the host added nothing"
+		if hostAdds {
+			name = "the host added a file in it"
+		}
+		t.Run(name, func(t *testing.T) {
+			r := newStoreRig(t, consistency.Delegated, writeback.Options{Delay: time.Hour}, func(h string) {
+				if err := os.MkdirAll(filepath.Join(h, "d", "sub"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				for _, f := range []string{"d/a", "d/sub/b"} {
+					if err := os.WriteFile(filepath.Join(h, f), []byte(f), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			})
+			ctx := context.Background()
+			for _, dir := range []string{"", "d", "d/sub"} {
+				if err := r.s.EnsurePopulated(dir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// rm -rf d, as the container makes it: entries first.
+			for _, f := range []string{"d/sub/b", "d/a"} {
+				if err := r.s.Unlink(ctx, f); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, dir := range []string{"d/sub", "d"} {
+				if err := r.s.Rmdir(ctx, dir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if hostAdds {
+				if err := os.WriteFile(filepath.Join(r.host, "d", "sub", "host-only"), []byte("host"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := r.s.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Lstat(filepath.Join(r.host, "d")); !os.IsNotExist(err) {
+				t.Errorf("host d after the container removed it: %v, want gone", err)
+			}
+			// Where the host's file went: into a conflict copy of d, or of
+			// d/sub inside one, as the queue takes the two in either order.
+			var kept, copies []string
+			filepath.WalkDir(r.host, func(p string, e os.DirEntry, err error) error {
+				if err == nil && strings.Contains(e.Name(), ".bindstate-conflict-") {
+					copies = append(copies, p)
+				}
+				if err == nil && e.Name() == "host-only" && readHostFile(t, p) == "host" {
+					kept = append(kept, p)
+				}
+				return nil
+			})
+			switch {
+			case !hostAdds && len(copies) != 0:
+				t.Errorf("conflict copies of a directory holding only what the container removed: %q", copies)
+			case hostAdds && len(kept) != 1:
+				t.Errorf("the file the host added: kept as %q, want in one conflict copy (copies %q)", kept, copies)
+			}
+		})
+	}
 }

@@ -337,6 +337,19 @@ func (s *Store) putAbsent(rel string) error {
 			"path", rel, "host_copy", aside)
 		s.dropTomb(rel)
 		return nil
+	case known && hst.Mode&unix.S_IFMT == unix.S_IFDIR && !s.hostHoldsOnlyRemovals(rel, 0):
+		// The container removed a directory that holds, on the host, what
+		// it never saw (an entry the host added or changed since, rule D7):
+		// kept aside whole rather than removed with it.
+		aside := rel + ".bindstate-conflict-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+		if err := s.keepAside(rel, aside); err != nil {
+			return fmt.Errorf("writeback %q: keep host copy aside: %w", rel, err)
+		}
+		s.conflicts.Add(1)
+		s.log.Warn("the container deleted a directory holding what the host added or changed; host's version kept aside",
+			"path", rel, "host_copy", aside)
+		s.dropTomb(rel)
+		return nil
 	case !known:
 		// No record of what the host had (written before a restart): say
 		// what is removed, so nothing vanishes without a trace (rule D7).
