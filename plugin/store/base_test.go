@@ -70,8 +70,8 @@ func TestAStubAndAPopulatedDirectoryTakeNoXattrBlock(t *testing.T) {
 	if err := os.Mkdir(bare, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for rel, want := range map[string]int64{"d/f": 0, "d/sub": blocks(t, bare)} {
-		if got := blocks(t, filepath.Join(tree, rel)); got != want {
+	for rel, want := range map[string]int64{"d/f": 0, "d/sub": lstat(t, bare).Blocks} {
+		if got := lstat(t, filepath.Join(tree, rel)).Blocks; got != want {
 			t.Errorf("store %s takes %d blocks of 512 bytes, want %d: its xattrs took a block of their own", rel, got, want)
 		}
 	}
@@ -99,18 +99,9 @@ func requireInodeXattrs(t *testing.T, dir string) {
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	if blocks(t, probe) != 0 {
+	if lstat(t, probe).Blocks != 0 {
 		t.Skip("this ext4 keeps no xattr in the inode (128-byte inodes)")
 	}
-}
-
-func blocks(t *testing.T, path string) int64 {
-	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Lstat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Blocks
 }
 
 // A store records its format; one written before formats were recorded

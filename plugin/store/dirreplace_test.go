@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/bindstate/bindstate/plugin/consistency"
 	"github.com/bindstate/bindstate/plugin/writeback"
 )
@@ -30,19 +28,6 @@ func TestD7_ADirectoryTheContainerReplacedByAFileIsNoConflict(t *testing.T) {
 			r := newStoreRig(t, consistency.Delegated, writeback.Options{Delay: time.Hour}, func(h string) {})
 			ctx := context.Background()
 			me := Owner{Uid: os.Getuid(), Gid: os.Getgid()}
-			write := func(rel, content string) {
-				t.Helper()
-				f, err := r.s.Create(ctx, rel, unix.O_WRONLY, 0o644, me, func() (string, bool) { return rel, true })
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := f.WriteAt(ctx, []byte(content), 0); err != nil {
-					t.Fatal(err)
-				}
-				if err := f.Release(); err != nil {
-					t.Fatal(err)
-				}
-			}
 			flush := func() {
 				t.Helper()
 				if err := r.s.Flush(ctx); err != nil {
@@ -54,7 +39,7 @@ func TestD7_ADirectoryTheContainerReplacedByAFileIsNoConflict(t *testing.T) {
 			}
 			flush()
 			time.Sleep(10 * time.Millisecond) // the entries below move c's host mtime
-			write("c/e", "in c")
+			writeAsContainer(t, r.s, "c/e", "in c")
 			flush()
 			if err := r.s.Unlink(ctx, "c/e"); err != nil {
 				t.Fatal(err)
@@ -62,7 +47,7 @@ func TestD7_ADirectoryTheContainerReplacedByAFileIsNoConflict(t *testing.T) {
 			if err := r.s.Rmdir(ctx, "c"); err != nil {
 				t.Fatal(err)
 			}
-			write("c", "now a file")
+			writeAsContainer(t, r.s, "c", "now a file")
 			if hostAdds {
 				if err := os.WriteFile(filepath.Join(r.host, "c", "host-only"), []byte("host"), 0o644); err != nil {
 					t.Fatal(err)

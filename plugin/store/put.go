@@ -186,18 +186,11 @@ func (s *Store) recordWritten(rel string, ino uint64, hst *unix.Stat_t) {
 func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
 	b, known := s.hostBase(rel)
 	switch {
-	case known && s.hostAtBase(rel, b, hst):
-		return nil
-	case !known && st.Mode&unix.S_IFMT == unix.S_IFDIR && hst.Mode&unix.S_IFMT == unix.S_IFDIR:
-		return nil // both made the same directory: merge, nothing to keep aside
 	case st.Mode&unix.S_IFMT == unix.S_IFDIR && hst.Mode&unix.S_IFMT == unix.S_IFDIR:
-		return nil // a directory's own attributes: the container's win, entries merge
-	case known && b.Mode&unix.S_IFMT == unix.S_IFDIR && hst.Mode&unix.S_IFMT == unix.S_IFDIR && s.hostHoldsOnlyRemovals(rel, 0):
-		// The container removed a directory it knew and made something
-		// else at its name. The host directory's mtime is no sign of a host
-		// edit (it moved with every entry the writeback made or removed in
-		// it); what it holds is: nothing, or only entries the container
-		// removed too, as the host had them, their removals still queued.
+		// Made by both (merge), or the directory's own attributes (the
+		// container's win): its entries merge, nothing to keep aside.
+		return nil
+	case known && s.hostAtBase(rel, b, hst):
 		return nil
 	case st.Mode&unix.S_IFMT == unix.S_IFLNK && hst.Mode&unix.S_IFMT == unix.S_IFLNK:
 		if t1, err := s.local.Readlink(rel); err == nil {
@@ -206,7 +199,7 @@ func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
 			}
 		}
 	}
-	aside := rel + ".bindstate-conflict-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	aside := conflictName(rel)
 	keep := s.keepAside
 	if rewrittenInPlace(st, hst) {
 		// The file has other names, on the host too: renamed aside, it
@@ -225,20 +218,23 @@ func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
 
 // hostAtBase reports whether host entry rel, as a lookup saw it (hst), is
 // still what base b recorded: the host has not changed it since the store
-// last saw it (rule D7). A share may answer a lookup from attributes it
-// kept from before the writeback's own last change there (sshfs keeps them
-// per path for 20 s, so a write through one name of a linked file leaves
-// its other names stale), and a stale answer taken for a host edit keeps a
-// spurious conflict copy. So an entry that does not match is looked at
-// again past the caches, and hst is left with what that saw; only a
-// mismatch pays those round trips. A directory is not: its mtime moves with
-// every entry written into it, and its entries merge anyway.
+// last saw it (rule D7), so the container's change (a removal, or another
+// entry in its place) may replace it. A share may answer a lookup from
+// attributes it kept from before the writeback's own last change there
+// (sshfs keeps them per path for 20 s, so a write through one name of a
+// linked file leaves its other names stale), and a stale answer taken for a
+// host edit keeps a spurious conflict copy. So an entry that does not match
+// is looked at again past the caches, and hst is left with what that saw;
+// only a mismatch pays those round trips. A directory's mtime moves with
+// every entry the writeback makes or removes in it, so one that does not
+// match is as the store saw it when it holds only what the container
+// removed too (hostHoldsOnlyRemovals): nothing the host added or changed.
 func (s *Store) hostAtBase(rel string, b Base, hst *unix.Stat_t) bool {
 	if b.Matches(hst) {
 		return true
 	}
 	if hst.Mode&unix.S_IFMT == unix.S_IFDIR {
-		return false
+		return b.Mode&unix.S_IFMT == unix.S_IFDIR && s.hostHoldsOnlyRemovals(rel)
 	}
 	fresh, err := s.host.LstatFresh(rel)
 	if err != nil {
@@ -253,37 +249,26 @@ func (s *Store) hostAtBase(rel string, b Base, hst *unix.Stat_t) bool {
 	return at
 }
 
-// hostHoldsOnlyRemovals reports whether every entry beneath host directory
-// dir is one the container removed, as the host still has it: gone from the
-// store, its removal queued (dirty), and the host entry at the base the
-// store knew it by. Anything else, an entry the host added or changed, or
-// one the container still has, is what replacing the directory would lose.
-func (s *Store) hostHoldsOnlyRemovals(dir string, depth int) bool {
-	if depth > 64 {
-		return false
-	}
+// hostHoldsOnlyRemovals reports whether every entry of host directory dir
+// is one the container removed, as the host still has it: gone from the
+// store, its removal queued (dirty), and at the base the store knew it by
+// (hostAtBase, which looks into a subdirectory the same way). Anything
+// else, an entry the host added or changed, or one the container still
+// has, is what replacing or removing the directory would lose.
+func (s *Store) hostHoldsOnlyRemovals(dir string) bool {
 	entries, err := s.host.ReadDir(dir)
 	if err != nil {
 		return false
 	}
 	for i := range entries {
-		e := &entries[i]
-		child := join(dir, e.Name)
+		child := join(dir, entries[i].Name)
 		if !s.IsDirty(child) {
 			return false
 		}
 		if _, err := s.local.Lstat(child); !gone(err) {
 			return false
 		}
-		b, known := s.hostBase(child)
-		switch {
-		case !known:
-			return false
-		case e.Stat.Mode&unix.S_IFMT == unix.S_IFDIR:
-			if !s.hostHoldsOnlyRemovals(child, depth+1) {
-				return false
-			}
-		case !b.Matches(&e.Stat):
+		if b, known := s.hostBase(child); !known || !s.hostAtBase(child, b, &entries[i].Stat) {
 			return false
 		}
 	}
@@ -326,27 +311,15 @@ func (s *Store) putAbsent(rel string) error {
 	}
 	b, known := s.hostBase(rel)
 	switch {
-	case known && hst.Mode&unix.S_IFMT != unix.S_IFDIR && !s.hostAtBase(rel, b, &hst):
-		// The host changed what the container deleted (rule D7): keep it.
-		aside := rel + ".bindstate-conflict-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	case known && !s.hostAtBase(rel, b, &hst):
+		// The host changed what the container deleted (rule D7), or added
+		// to the directory it deleted: keep it.
+		aside := conflictName(rel)
 		if err := s.keepAside(rel, aside); err != nil {
 			return fmt.Errorf("writeback %q: keep host copy aside: %w", rel, err)
 		}
 		s.conflicts.Add(1)
 		s.log.Warn("the container deleted a path the host changed; host's version kept aside",
-			"path", rel, "host_copy", aside)
-		s.dropTomb(rel)
-		return nil
-	case known && hst.Mode&unix.S_IFMT == unix.S_IFDIR && !s.hostHoldsOnlyRemovals(rel, 0):
-		// The container removed a directory that holds, on the host, what
-		// it never saw (an entry the host added or changed since, rule D7):
-		// kept aside whole rather than removed with it.
-		aside := rel + ".bindstate-conflict-" + strconv.FormatInt(time.Now().UnixNano(), 10)
-		if err := s.keepAside(rel, aside); err != nil {
-			return fmt.Errorf("writeback %q: keep host copy aside: %w", rel, err)
-		}
-		s.conflicts.Add(1)
-		s.log.Warn("the container deleted a directory holding what the host added or changed; host's version kept aside",
 			"path", rel, "host_copy", aside)
 		s.dropTomb(rel)
 		return nil
@@ -879,6 +852,12 @@ func (s *Store) hostChmodFailed(rel string, st, now *unix.Stat_t, err error) err
 	}
 	s.log.Log(context.Background(), level, msg, "path", rel, "mode", fmt.Sprintf("%#o", want), "err", err)
 	return nil
+}
+
+// conflictName is a name to keep the host's copy of rel aside under (rule
+// D7): beside it, with the time in nanoseconds.
+func conflictName(rel string) string {
+	return rel + ".bindstate-conflict-" + strconv.FormatInt(time.Now().UnixNano(), 10)
 }
 
 // keepAside renames the host's copy of rel to aside without replacing
