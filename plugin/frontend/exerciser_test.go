@@ -15,6 +15,9 @@ package frontend
 //	BINDSTATE_EXERCISE_OPS=20000 BINDSTATE_EXERCISE_SEED=42 go test -run TestExerciser ./plugin/frontend/
 //
 // (make test-long). A failure prints the seed: rerun with it to reproduce.
+// A failure that depends on timing may not come back with its seed: loop a
+// built test binary (go test -c) to catch it again, and add
+// BINDSTATE_TEST_FUSE_DEBUG=1 to log every FUSE request of the run.
 
 import (
 	"bytes"

@@ -118,6 +118,9 @@ func openRig(t testing.TB, st consistency.State, rescan string, setup func(host 
 		MountRoot: filepath.Join(base, "mnt"),
 		Policy:    hostpath.Policy{AllowedRoots: []string{base}},
 		Log:       testLogger(t),
+		// BINDSTATE_TEST_FUSE_DEBUG=1 logs every FUSE request, to read
+		// what the kernel asked when a test fails only with some timing.
+		FuseDebug: os.Getenv("BINDSTATE_TEST_FUSE_DEBUG") != "",
 	}
 	if configure != nil {
 		configure(&cfg)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -577,7 +576,9 @@ func (f *File) restub() {
 	// one could truncate the stub to the size it saw, after the later one
 	// gave it the size after its writes (the exerciser saw the container
 	// stat a file at a size from before its own append).
-	defer f.s.locks.Lock("restub:" + strconv.FormatUint(f.storeIno(), 10))()
+	// A fetch through another name of the file takes turns with it too
+	// (the content lock is the inode's).
+	defer f.s.lockContentOf(f.storeIno())()
 	rel := f.Rel()
 	fd := int(f.local.Fd())
 	var st unix.Stat_t

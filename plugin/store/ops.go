@@ -596,12 +596,20 @@ func (s *Store) prepareTruncate(rel string, size int64) error {
 		return nil
 	}
 	if size == 0 {
-		// Under the fetch lock: a fetch in progress (the container's own,
-		// or read-ahead) would otherwise go on copying the host's content
-		// into the file after it has been truncated.
-		unlock := s.locks.Lock("fetch:" + rel)
+		// Under the content lock: a fetch in progress (the container's
+		// own, or read-ahead) would otherwise go on copying the host's
+		// content into the file after it has been truncated.
+		f, err := s.local.OpenFile(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		unlock, err := s.lockContent(f)
+		if err != nil {
+			return fmt.Errorf("truncate %q: %w", rel, err)
+		}
 		defer unlock()
-		return ignoreENODATA(s.local.Removexattr(rel, xattrStub))
+		return ignoreENODATA(unix.Fremovexattr(int(f.Fd()), xattrStub))
 	}
 	return s.EnsureContent(rel)
 }

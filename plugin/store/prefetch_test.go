@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,5 +51,56 @@ func TestTruncateWaitsForAFetchInProgress(t *testing.T) {
 	}
 	if s.IsStub("f") {
 		t.Fatal("still a stub")
+	}
+}
+
+// The names of a linked file share one store copy: a fetch through one
+// name while another name's fetch is under way waits for it and finds the
+// content there, rather than copying again under it (truncating what the
+// container wrote meanwhile) and failing when the stub mark is gone
+// (ENODATA, which the container's open saw).
+func TestC3_AFetchThroughAnotherNameOfALinkedFileWaitsForTheFirst(t *testing.T) {
+	content := strings.Repeat("linked ", 1000)
+	s := openTestStore(t, consistency.Cached, func(h string) {
+		os.WriteFile(filepath.Join(h, "a"), []byte(content), 0o644)
+		os.Link(filepath.Join(h, "a"), filepath.Join(h, "b"))
+	})
+	if err := s.EnsurePopulated(""); err != nil {
+		t.Fatal(err)
+	}
+	if sa, sb := lstat(t, filepath.Join(s.local.Path(), "a")), lstat(t, filepath.Join(s.local.Path(), "b")); sa.Ino != sb.Ino || !s.IsStub("b") {
+		t.Fatalf("want a and b one stub in the store: inodes %d and %d, b a stub: %v", sa.Ino, sb.Ino, s.IsStub("b"))
+	}
+	other := make(chan error, 1)
+	var once sync.Once
+	testHookFetchCopied = func(string) {
+		once.Do(func() {
+			go func() { other <- s.EnsureContent("b") }()
+			// Long enough for the other fetch to run whole if nothing
+			// holds it back (it did, and then this one failed).
+			select {
+			case err := <-other:
+				other <- err
+			case <-time.After(200 * time.Millisecond):
+			}
+		})
+	}
+	t.Cleanup(func() { testHookFetchCopied = nil })
+	if err := s.EnsureContent("a"); err != nil {
+		t.Fatalf("fetch through a: %v", err)
+	}
+	if err := <-other; err != nil {
+		t.Fatalf("fetch through b: %v", err)
+	}
+	for _, name := range []string{"a", "b"} {
+		if s.IsStub(name) {
+			t.Errorf("%s still a stub", name)
+		}
+		if b, err := os.ReadFile(filepath.Join(s.local.Path(), name)); err != nil || string(b) != content {
+			t.Errorf("store copy through %s: %d bytes (%v), want the host's %d", name, len(b), err, len(content))
+		}
+	}
+	if n := s.fetched.Load(); n != 1 {
+		t.Errorf("fetched %d times, want once", n)
 	}
 }
