@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -346,5 +347,68 @@ func TestC3_OverlappingReleasesOfAHostWrittenFileLeaveTheHostsSize(t *testing.T)
 	}
 	if st.Size != 14 {
 		t.Fatalf("store copy of %d bytes, host file of 14", st.Size)
+	}
+}
+
+// Rule C3: a fetch that copied the host file before a writer served from
+// the host wrote it ends before that writer's release makes the copy a
+// stub again, never after: the container then reads what the writer
+// wrote. With the fetch and the restub under locks of their own, the fetch
+// (paused here after its copy) ended after the restub, unmarked the stub
+// and left the copy from before the write: "first", not "first and more".
+func TestC3_AFetchUnderWayWhenAHostWriterIsReleasedIsNotLeftStale(t *testing.T) {
+	// No read of f before the test's own fetch: no read-ahead, which may
+	// fetch f at any time, starts.
+	r := newKeptRig(t, consistency.Cached, "old")
+	if !r.s.ServesFromHost() {
+		t.Skip("the test folder's file system is not one cached writers are served from the host on")
+	}
+	ctx := context.Background()
+	hostWrite := func(data string, off int64) *File {
+		w, err := r.s.Open(ctx, "f", unix.O_WRONLY, relF)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.ServeFromHost(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := unix.Pwrite(w.HostFd(), []byte(data), off); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	hostWrite("first", 0).Release() // the copy: a stub of "first"
+	if !r.s.IsStub("f") {
+		t.Fatal("not a stub after the host writer's release")
+	}
+	copied, goOn := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	testHookFetchCopied = func(string) { once.Do(func() { close(copied); <-goOn }) }
+	t.Cleanup(func() { testHookFetchCopied = nil })
+	fetched := make(chan error, 1)
+	go func() { fetched <- r.s.EnsureContent("f") }()
+	<-copied
+
+	w2 := hostWrite(" and more", 5)
+	released := make(chan struct{})
+	go func() { w2.Release(); close(released) }()
+	select { // without the shared lock the release ends now
+	case <-released:
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(goOn)
+	if err := <-fetched; err != nil {
+		t.Fatal(err)
+	}
+	<-released
+	if err := r.s.EnsureContent("f"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(r.s.local.Path(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != "first and more" {
+		t.Fatalf("store copy %q after the writer's release, want the host's %q", got, "first and more")
 	}
 }
