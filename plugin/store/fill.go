@@ -433,7 +433,7 @@ func (s *Store) ensureContent(rel string) (bool, error) {
 // other, truncating under the container's writes what the first had
 // fetched (a shared mapping of it faulted), and the later one failed
 // (ENODATA) when it found the stub mark gone (the exerciser, cached, at
-// 1000 operations: 5 runs in 170).
+// 1000 operations: 9 runs in 232).
 func (s *Store) lockContent(f *os.File) (func(), error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
