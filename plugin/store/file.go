@@ -259,6 +259,7 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	var n int
 	unlock := s.lockShared(ctx)
 	r, flush := f.route(ctx)
+	unlockContent := s.lockAgainstRestub(r, f.storeIno())
 	rels := f.rels()
 	local := func() error {
 		var err error
@@ -279,6 +280,7 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 				return err
 			}, local)
 	}
+	unlockContent()
 	unlock()
 	if flush && err == nil {
 		err = f.writeBack(ctx)
@@ -291,9 +293,11 @@ func (f *File) Allocate(ctx context.Context, mode uint32, off, size int64) error
 	s := f.s
 	unlock := s.lockShared(ctx)
 	r, flush := f.route(ctx)
+	unlockContent := s.lockAgainstRestub(r, f.storeIno())
 	err := s.do(r, f.rels(),
 		func() error { return unix.Fallocate(int(f.host.Fd()), mode, off, size) },
 		func() error { return unix.Fallocate(f.Fd(), mode, off, size) })
+	unlockContent()
 	unlock()
 	if flush && err == nil {
 		err = f.writeBack(ctx)
@@ -312,9 +316,11 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	}
 	unlock := s.lockShared(ctx)
 	r, flush := f.route(ctx)
+	unlockContent := s.lockAgainstRestub(r, f.storeIno())
 	err := s.do(r, f.rels(),
 		func() error { return f.host.Truncate(size) },
 		func() error { return f.local.Truncate(size) })
+	unlockContent()
 	unlock()
 	if flush && err == nil {
 		err = f.writeBack(ctx)
@@ -606,6 +612,21 @@ func (f *File) restub() {
 	if err != nil {
 		f.s.log.Error("making a host-written file's store copy a stub", "path", rel, "err", err)
 	}
+}
+
+// lockAgainstRestub takes the content lock of the store inode ino for a
+// change along route r to a file's content, size or times, where a restub
+// may run beside it: in a cached store whose writers are served from the
+// host. A restub looks at the host file, then gives the store copy its
+// size and times; a write, truncate or setattr that went through to both
+// halves in between was undone in the copy (the exerciser stat'ed a file
+// at its size from before a truncate, and read the truncated content).
+// Anywhere else it takes nothing.
+func (s *Store) lockAgainstRestub(r route, ino uint64) func() {
+	if r != routeThrough || !s.writersFromHost || ino == 0 {
+		return func() {}
+	}
+	return s.lockContentOf(ino)
 }
 
 // testHookRestub, if set (by tests), is called by restub between its look

@@ -412,3 +412,62 @@ func TestC3_AFetchUnderWayWhenAHostWriterIsReleasedIsNotLeftStale(t *testing.T) 
 		t.Fatalf("store copy %q after the writer's release, want the host's %q", got, "first and more")
 	}
 }
+
+// Rule C3: a truncate that goes through to both halves while a writer
+// served from the host is released is not undone by the restub: the store
+// copy ends at the host's size. Without the restub's lock around the
+// truncate the restub, paused here after its look at the host, gave the
+// copy the size from before the truncate ("store copy of 14 bytes, host
+// file of 5"), and the container stat'ed that size and read 5 bytes.
+func TestC3_ATruncateBesideAHostWritersReleaseIsNotUndone(t *testing.T) {
+	r := newKeptRig(t, consistency.Cached, "old")
+	if !r.s.ServesFromHost() {
+		t.Skip("the test folder's file system is not one cached writers are served from the host on")
+	}
+	ctx := context.Background()
+	if err := r.s.EnsureContent("f"); err != nil { // not a stub: the truncate fetches nothing
+		t.Fatal(err)
+	}
+	w, err := r.s.Open(ctx, "f", unix.O_WRONLY, relF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.ServeFromHost(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.Pwrite(w.HostFd(), []byte("first and more"), 0); err != nil {
+		t.Fatal(err)
+	}
+	looked, goOn := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	testHookRestub = func(string) { once.Do(func() { close(looked); <-goOn }) }
+	t.Cleanup(func() { testHookRestub = nil })
+	released := make(chan struct{})
+	go func() { w.Release(); close(released) }()
+	<-looked
+
+	size := int64(5)
+	truncated := make(chan error, 1)
+	go func() { truncated <- r.s.Setattr(ctx, "f", Attrs{Size: &size}) }()
+	select { // without the lock the truncate ends now
+	case err := <-truncated:
+		truncated <- err
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(goOn)
+	<-released
+	if err := <-truncated; err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.s.Lstat("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hst, err := r.s.HostLstat("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size != hst.Size || hst.Size != size {
+		t.Fatalf("store copy of %d bytes, host file of %d (truncated to %d)", st.Size, hst.Size, size)
+	}
+}

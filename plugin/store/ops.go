@@ -566,8 +566,13 @@ func (s *Store) Setattr(ctx context.Context, rel string, a Attrs) error {
 		return nil // hostOriginTruncate
 	}
 	r := s.routeFor(ctx)
-	if st, err := s.local.Lstat(rel); err == nil && isSpecial(st.Mode) {
-		r = routeThrough
+	var regular uint64 // the store inode of a regular file
+	if st, err := s.local.Lstat(rel); err == nil {
+		if isSpecial(st.Mode) {
+			r = routeThrough
+		} else if st.Mode&unix.S_IFMT == unix.S_IFREG {
+			regular = st.Ino
+		}
 	}
 	if a.Size != nil {
 		if err := s.prepareTruncate(rel, *a.Size); err != nil {
@@ -575,6 +580,7 @@ func (s *Store) Setattr(ctx context.Context, rel string, a Attrs) error {
 		}
 	}
 	defer s.lockShared(ctx)()
+	defer s.lockAgainstRestub(r, regular)()
 	return s.do(r, []string{rel},
 		func() error { return applyAttrs(s.host, rel, a) },
 		func() error { return applyAttrs(s.local, rel, a) })
