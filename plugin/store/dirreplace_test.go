@@ -19,56 +19,62 @@ import (
 // and back, the file removed, rmdir c, a file c). A host directory that
 // holds something the container never saw is kept aside, with it.
 func TestD7_ADirectoryTheContainerReplacedByAFileIsNoConflict(t *testing.T) {
+	withAndWithoutAHostFile(t, func(t *testing.T, hostAdds bool) {
+		r := newStoreRig(t, consistency.Delegated, writeback.Options{Delay: time.Hour}, func(h string) {})
+		ctx := context.Background()
+		me := Owner{Uid: os.Getuid(), Gid: os.Getgid()}
+		flush := func() {
+			t.Helper()
+			if err := r.s.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := r.s.Mkdir(ctx, "c", 0o755, me); err != nil {
+			t.Fatal(err)
+		}
+		flush()
+		time.Sleep(10 * time.Millisecond) // the entries below move c's host mtime
+		writeAsContainer(t, r.s, "c/e", "in c")
+		flush()
+		if err := r.s.Unlink(ctx, "c/e"); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.s.Rmdir(ctx, "c"); err != nil {
+			t.Fatal(err)
+		}
+		writeAsContainer(t, r.s, "c", "now a file")
+		if hostAdds {
+			if err := os.WriteFile(filepath.Join(r.host, "c", "host-only"), []byte("host"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		flush()
+		if got := readHostFile(t, filepath.Join(r.host, "c")); got != "now a file" {
+			t.Fatalf("host c holds %q, want the container's file", got)
+		}
+		copies := conflictCopies(t, r.host, "c")
+		switch {
+		case !hostAdds && len(copies) != 0:
+			t.Errorf("conflict copies of a directory only the writeback changed: %q", copies)
+		case hostAdds && len(copies) != 1:
+			t.Errorf("conflict copies %q of a directory holding a file the container never saw, want 1", copies)
+		case hostAdds:
+			if got := readHostFile(t, filepath.Join(r.host, copies[0], "host-only")); got != "host" {
+				t.Errorf("the conflict copy's host-only holds %q", got)
+			}
+		}
+	})
+}
+
+// withAndWithoutAHostFile runs test twice, as subtests: the host adding
+// nothing, and the host adding a file where the container removed things.
+func withAndWithoutAHostFile(t *testing.T, test func(t *testing.T, hostAdds bool)) {
 	for _, hostAdds := range []bool{false, true} {
 		name := "the host added nothing"
 		if hostAdds {
 			name = "the host added a file in it"
 		}
-		t.Run(name, func(t *testing.T) {
-			r := newStoreRig(t, consistency.Delegated, writeback.Options{Delay: time.Hour}, func(h string) {})
-			ctx := context.Background()
-			me := Owner{Uid: os.Getuid(), Gid: os.Getgid()}
-			flush := func() {
-				t.Helper()
-				if err := r.s.Flush(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := r.s.Mkdir(ctx, "c", 0o755, me); err != nil {
-				t.Fatal(err)
-			}
-			flush()
-			time.Sleep(10 * time.Millisecond) // the entries below move c's host mtime
-			writeAsContainer(t, r.s, "c/e", "in c")
-			flush()
-			if err := r.s.Unlink(ctx, "c/e"); err != nil {
-				t.Fatal(err)
-			}
-			if err := r.s.Rmdir(ctx, "c"); err != nil {
-				t.Fatal(err)
-			}
-			writeAsContainer(t, r.s, "c", "now a file")
-			if hostAdds {
-				if err := os.WriteFile(filepath.Join(r.host, "c", "host-only"), []byte("host"), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			flush()
-			if got := readHostFile(t, filepath.Join(r.host, "c")); got != "now a file" {
-				t.Fatalf("host c holds %q, want the container's file", got)
-			}
-			copies := conflictCopies(t, r.host, "c")
-			switch {
-			case !hostAdds && len(copies) != 0:
-				t.Errorf("conflict copies of a directory only the writeback changed: %q", copies)
-			case hostAdds && len(copies) != 1:
-				t.Errorf("conflict copies %q of a directory holding a file the container never saw, want 1", copies)
-			case hostAdds:
-				if got := readHostFile(t, filepath.Join(r.host, copies[0], "host-only")); got != "host" {
-					t.Errorf("the conflict copy's host-only holds %q", got)
-				}
-			}
-		})
+		t.Run(name, func(t *testing.T) { test(t, hostAdds) })
 	}
 }
 
@@ -86,68 +92,62 @@ func readHostFile(t *testing.T, path string) string {
 // added meanwhile (which the container never saw) is kept aside, the file
 // in it, not removed with it.
 func TestD7_ARemovedDirectoryHoldingWhatTheHostAddedIsKeptAside(t *testing.T) {
-	for _, hostAdds := range []bool{false, true} {
-		name := "the host added nothing"
-		if hostAdds {
-			name = "the host added a file in it"
-		}
-		t.Run(name, func(t *testing.T) {
-			r := newStoreRig(t, consistency.Delegated, writeback.Options{Delay: time.Hour}, func(h string) {
-				if err := os.MkdirAll(filepath.Join(h, "d", "sub"), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				for _, f := range []string{"d/a", "d/sub/b"} {
-					if err := os.WriteFile(filepath.Join(h, f), []byte(f), 0o644); err != nil {
-						t.Fatal(err)
-					}
-				}
-			})
-			ctx := context.Background()
-			for _, dir := range []string{"", "d", "d/sub"} {
-				if err := r.s.EnsurePopulated(dir); err != nil {
-					t.Fatal(err)
-				}
-			}
-			// rm -rf d, as the container makes it: entries first.
-			for _, f := range []string{"d/sub/b", "d/a"} {
-				if err := r.s.Unlink(ctx, f); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for _, dir := range []string{"d/sub", "d"} {
-				if err := r.s.Rmdir(ctx, dir); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if hostAdds {
-				if err := os.WriteFile(filepath.Join(r.host, "d", "sub", "host-only"), []byte("host"), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := r.s.Flush(ctx); err != nil {
+	withAndWithoutAHostFile(t, func(t *testing.T, hostAdds bool) {
+		r := newStoreRig(t, consistency.Delegated, writeback.Options{Delay: time.Hour}, func(h string) {
+			if err := os.MkdirAll(filepath.Join(h, "d", "sub"), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := os.Lstat(filepath.Join(r.host, "d")); !os.IsNotExist(err) {
-				t.Errorf("host d after the container removed it: %v, want gone", err)
-			}
-			// Where the host's file went: into a conflict copy of d, or of
-			// d/sub inside one, as the queue takes the two in either order.
-			var kept, copies []string
-			filepath.WalkDir(r.host, func(p string, e os.DirEntry, err error) error {
-				if err == nil && strings.Contains(e.Name(), ".bindstate-conflict-") {
-					copies = append(copies, p)
+			for _, f := range []string{"d/a", "d/sub/b"} {
+				if err := os.WriteFile(filepath.Join(h, f), []byte(f), 0o644); err != nil {
+					t.Fatal(err)
 				}
-				if err == nil && e.Name() == "host-only" && readHostFile(t, p) == "host" {
-					kept = append(kept, p)
-				}
-				return nil
-			})
-			switch {
-			case !hostAdds && len(copies) != 0:
-				t.Errorf("conflict copies of a directory holding only what the container removed: %q", copies)
-			case hostAdds && len(kept) != 1:
-				t.Errorf("the file the host added: kept as %q, want in one conflict copy (copies %q)", kept, copies)
 			}
 		})
-	}
+		ctx := context.Background()
+		for _, dir := range []string{"", "d", "d/sub"} {
+			if err := r.s.EnsurePopulated(dir); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// rm -rf d, as the container makes it: entries first.
+		for _, f := range []string{"d/sub/b", "d/a"} {
+			if err := r.s.Unlink(ctx, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, dir := range []string{"d/sub", "d"} {
+			if err := r.s.Rmdir(ctx, dir); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if hostAdds {
+			if err := os.WriteFile(filepath.Join(r.host, "d", "sub", "host-only"), []byte("host"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := r.s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(filepath.Join(r.host, "d")); !os.IsNotExist(err) {
+			t.Errorf("host d after the container removed it: %v, want gone", err)
+		}
+		// Where the host's file went: into a conflict copy of d, or of
+		// d/sub inside one, as the queue takes the two in either order.
+		var kept, copies []string
+		filepath.WalkDir(r.host, func(p string, e os.DirEntry, err error) error {
+			if err == nil && strings.Contains(e.Name(), ".bindstate-conflict-") {
+				copies = append(copies, p)
+			}
+			if err == nil && e.Name() == "host-only" && readHostFile(t, p) == "host" {
+				kept = append(kept, p)
+			}
+			return nil
+		})
+		switch {
+		case !hostAdds && len(copies) != 0:
+			t.Errorf("conflict copies of a directory holding only what the container removed: %q", copies)
+		case hostAdds && len(kept) != 1:
+			t.Errorf("the file the host added: kept as %q, want in one conflict copy (copies %q)", kept, copies)
+		}
+	})
 }

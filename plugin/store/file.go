@@ -259,7 +259,7 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	var n int
 	unlock := s.lockShared(ctx)
 	r, flush := f.route(ctx)
-	unlockContent := s.lockAgainstRestub(r, f.storeIno())
+	unlockContent := f.lockAgainstRestub(r)
 	rels := f.rels()
 	local := func() error {
 		var err error
@@ -293,7 +293,7 @@ func (f *File) Allocate(ctx context.Context, mode uint32, off, size int64) error
 	s := f.s
 	unlock := s.lockShared(ctx)
 	r, flush := f.route(ctx)
-	unlockContent := s.lockAgainstRestub(r, f.storeIno())
+	unlockContent := f.lockAgainstRestub(r)
 	err := s.do(r, f.rels(),
 		func() error { return unix.Fallocate(int(f.host.Fd()), mode, off, size) },
 		func() error { return unix.Fallocate(f.Fd(), mode, off, size) })
@@ -316,7 +316,7 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	}
 	unlock := s.lockShared(ctx)
 	r, flush := f.route(ctx)
-	unlockContent := s.lockAgainstRestub(r, f.storeIno())
+	unlockContent := f.lockAgainstRestub(r)
 	err := s.do(r, f.rels(),
 		func() error { return f.host.Truncate(size) },
 		func() error { return f.local.Truncate(size) })
@@ -575,15 +575,14 @@ func (f *File) HostFd() int {
 // cannot be read, the copy is still marked a stub: the next open then
 // fails with the share's error instead of reading what the host lost.
 func (f *File) restub() {
-	// Two releases of one file served from the host may overlap: the
-	// kernel sends a RELEASE after the close returns, so a new writer can
-	// open, write and be released while an earlier release is still here.
-	// Each takes the host's size inside this lock; without it the earlier
-	// one could truncate the stub to the size it saw, after the later one
-	// gave it the size after its writes (the exerciser saw the container
-	// stat a file at a size from before its own append).
-	// A fetch through another name of the file takes turns with it too
-	// (the content lock is the inode's).
+	// Under the content lock, which takes the host's size and gives it to
+	// the copy in one step against whatever else sets them: another
+	// release of the file (the kernel sends a RELEASE after the close
+	// returns, so a new writer can open, write and be released while an
+	// earlier release is still here: the earlier one cut the stub back to
+	// the size it saw, from before the later one's append), a fetch
+	// through any of its names, and a change going through to both
+	// halves (lockAgainstRestub).
 	defer f.s.lockContentOf(f.storeIno())()
 	rel := f.Rel()
 	fd := int(f.local.Fd())
@@ -614,19 +613,24 @@ func (f *File) restub() {
 	}
 }
 
-// lockAgainstRestub takes the content lock of the store inode ino for a
-// change along route r to a file's content, size or times, where a restub
-// may run beside it: in a cached store whose writers are served from the
-// host. A restub looks at the host file, then gives the store copy its
-// size and times; a write, truncate or setattr that went through to both
-// halves in between was undone in the copy (the exerciser stat'ed a file
-// at its size from before a truncate, and read the truncated content).
-// Anywhere else it takes nothing.
-func (s *Store) lockAgainstRestub(r route, ino uint64) func() {
-	if r != routeThrough || !s.writersFromHost || ino == 0 {
+// restubMayRunBeside reports whether a change along route r to a file's
+// content, size or times may have a restub run beside it: in a cached
+// store whose writers are served from the host. A restub looks at the host
+// file, then gives the store copy its size and times; a write, truncate or
+// setattr that went through to both halves in between was undone in the
+// copy (the exerciser stat'ed a file at its size from before a truncate,
+// and read the truncated content). Such a change takes the content lock
+// (lockAgainstRestub); anywhere else it takes nothing.
+func (s *Store) restubMayRunBeside(r route) bool { return r == routeThrough && s.writersFromHost }
+
+// lockAgainstRestub takes the content lock of f's store inode for a change
+// through f along route r where a restub may run beside it, and nothing
+// elsewhere (without looking the inode up).
+func (f *File) lockAgainstRestub(r route) func() {
+	if !f.s.restubMayRunBeside(r) {
 		return func() {}
 	}
-	return s.lockContentOf(ino)
+	return f.s.lockContentOf(f.storeIno())
 }
 
 // testHookRestub, if set (by tests), is called by restub between its look

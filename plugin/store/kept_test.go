@@ -125,29 +125,48 @@ func TestKeptFileSeesWritesInPlace(t *testing.T) {
 // file system is not one cached writers are served from the host on.
 func newHostWriterRig(t *testing.T, content string) (*keptRig, *Kept, *File) {
 	t.Helper()
-	r := newKeptRig(t, consistency.Cached, content)
-	if !r.s.ServesFromHost() {
-		t.Skip("the test folder's file system is not one cached writers are served from the host on")
-	}
+	r := newCachedHostRig(t, content)
 	f1, k := r.keepFirst(t)
 	if got := readAll(t, f1); got != content {
 		t.Fatalf("first read %q", got)
 	}
 	f1.Release()
+	return r, k, r.hostWriter(t, "", 0) // if it fails, the store's close closes k's file
+
+}
+
+// newCachedHostRig is a cached keptRig whose writers are served from the
+// host file, or skips.
+func newCachedHostRig(t *testing.T, content string) *keptRig {
+	t.Helper()
+	r := newKeptRig(t, consistency.Cached, content)
+	if !r.s.ServesFromHost() {
+		t.Skip("the test folder's file system is not one cached writers are served from the host on")
+	}
+	return r
+}
+
+// hostWriter opens f for writing as the kernel's passthrough open of a
+// cached writer would be served (from the host file), and writes data at
+// off into the host file as the kernel would.
+func (r *keptRig) hostWriter(t *testing.T, data string, off int64) *File {
+	t.Helper()
 	w, err := r.s.Open(context.Background(), "f", unix.O_WRONLY, relF)
 	if err != nil {
-		k.Drop()
 		t.Fatal(err)
 	}
 	if !w.HostPassthrough() {
-		k.Drop()
 		t.Fatal("the writer may not be served from the host file")
 	}
 	if err := w.ServeFromHost(); err != nil {
-		k.Drop()
 		t.Fatal(err)
 	}
-	return r, k, w
+	if data != "" {
+		if _, err := unix.Pwrite(w.HostFd(), []byte(data), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w
 }
 
 // Rule C3: a cached writer served from the host file leaves the store copy
@@ -305,7 +324,6 @@ func TestKeptFileIsClosedWithItsLastReference(t *testing.T) {
 func TestC3_OverlappingReleasesOfAHostWrittenFileLeaveTheHostsSize(t *testing.T) {
 	r, k, w1 := newHostWriterRig(t, "old")
 	k.Drop()
-	ctx := context.Background()
 	if _, err := unix.Pwrite(w1.HostFd(), []byte("first"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -322,16 +340,7 @@ func TestC3_OverlappingReleasesOfAHostWrittenFileLeaveTheHostsSize(t *testing.T)
 	go func() { w1.Release(); close(released1) }()
 	<-looked
 
-	w2, err := r.s.Open(ctx, "f", unix.O_WRONLY, relF)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w2.ServeFromHost(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := unix.Pwrite(w2.HostFd(), []byte(" and more"), 5); err != nil {
-		t.Fatal(err)
-	}
+	w2 := r.hostWriter(t, " and more", 5)
 	released2 := make(chan struct{})
 	go func() { w2.Release(); close(released2) }()
 	select { // without the lock the second release ends now
@@ -359,25 +368,8 @@ func TestC3_OverlappingReleasesOfAHostWrittenFileLeaveTheHostsSize(t *testing.T)
 func TestC3_AFetchUnderWayWhenAHostWriterIsReleasedIsNotLeftStale(t *testing.T) {
 	// No read of f before the test's own fetch: no read-ahead, which may
 	// fetch f at any time, starts.
-	r := newKeptRig(t, consistency.Cached, "old")
-	if !r.s.ServesFromHost() {
-		t.Skip("the test folder's file system is not one cached writers are served from the host on")
-	}
-	ctx := context.Background()
-	hostWrite := func(data string, off int64) *File {
-		w, err := r.s.Open(ctx, "f", unix.O_WRONLY, relF)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.ServeFromHost(); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := unix.Pwrite(w.HostFd(), []byte(data), off); err != nil {
-			t.Fatal(err)
-		}
-		return w
-	}
-	hostWrite("first", 0).Release() // the copy: a stub of "first"
+	r := newCachedHostRig(t, "old")
+	r.hostWriter(t, "first", 0).Release() // the copy: a stub of "first"
 	if !r.s.IsStub("f") {
 		t.Fatal("not a stub after the host writer's release")
 	}
@@ -389,7 +381,7 @@ func TestC3_AFetchUnderWayWhenAHostWriterIsReleasedIsNotLeftStale(t *testing.T) 
 	go func() { fetched <- r.s.EnsureContent("f") }()
 	<-copied
 
-	w2 := hostWrite(" and more", 5)
+	w2 := r.hostWriter(t, " and more", 5)
 	released := make(chan struct{})
 	go func() { w2.Release(); close(released) }()
 	select { // without the shared lock the release ends now
@@ -420,24 +412,11 @@ func TestC3_AFetchUnderWayWhenAHostWriterIsReleasedIsNotLeftStale(t *testing.T) 
 // copy the size from before the truncate ("store copy of 14 bytes, host
 // file of 5"), and the container stat'ed that size and read 5 bytes.
 func TestC3_ATruncateBesideAHostWritersReleaseIsNotUndone(t *testing.T) {
-	r := newKeptRig(t, consistency.Cached, "old")
-	if !r.s.ServesFromHost() {
-		t.Skip("the test folder's file system is not one cached writers are served from the host on")
-	}
-	ctx := context.Background()
+	r := newCachedHostRig(t, "old")
 	if err := r.s.EnsureContent("f"); err != nil { // not a stub: the truncate fetches nothing
 		t.Fatal(err)
 	}
-	w, err := r.s.Open(ctx, "f", unix.O_WRONLY, relF)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.ServeFromHost(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := unix.Pwrite(w.HostFd(), []byte("first and more"), 0); err != nil {
-		t.Fatal(err)
-	}
+	w := r.hostWriter(t, "first and more", 0)
 	looked, goOn := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	testHookRestub = func(string) { once.Do(func() { close(looked); <-goOn }) }
@@ -448,7 +427,7 @@ func TestC3_ATruncateBesideAHostWritersReleaseIsNotUndone(t *testing.T) {
 
 	size := int64(5)
 	truncated := make(chan error, 1)
-	go func() { truncated <- r.s.Setattr(ctx, "f", Attrs{Size: &size}) }()
+	go func() { truncated <- r.s.Setattr(context.Background(), "f", Attrs{Size: &size}) }()
 	select { // without the lock the truncate ends now
 	case err := <-truncated:
 		truncated <- err

@@ -580,7 +580,9 @@ func (s *Store) Setattr(ctx context.Context, rel string, a Attrs) error {
 		}
 	}
 	defer s.lockShared(ctx)()
-	defer s.lockAgainstRestub(r, regular)()
+	if regular != 0 && s.restubMayRunBeside(r) {
+		defer s.lockContentOf(regular)()
+	}
 	return s.do(r, []string{rel},
 		func() error { return applyAttrs(s.host, rel, a) },
 		func() error { return applyAttrs(s.local, rel, a) })
