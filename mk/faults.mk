@@ -7,7 +7,8 @@
 #   make test-faults                          all of them (a few minutes)
 #   make test-faults FAULT_RUNS=20 FAULT_SEED=7   more kill -9 runs, another seed
 #   make test-long                            the exerciser for long (EXERCISE_OPS, EXERCISE_SEED)
-#   make test-exercise-loop                   the exerciser many times, short (EXERCISE_RUNS, EXERCISE_LOOP_OPS)
+#   make test-exercise-loop                   the exerciser many times, short (EXERCISE_RUNS, EXERCISE_LOOP_OPS;
+#                                             EXERCISE_SHARE=0 leaves out the runs over an sshfs share)
 
 FAULT_RUN     ?= TestFault
 FAULT_RUNS    ?= 8
@@ -17,6 +18,7 @@ EXERCISE_OPS  ?= 20000
 EXERCISE_SEED ?=
 EXERCISE_RUNS ?= 100
 EXERCISE_LOOP_OPS ?= 1000
+EXERCISE_SHARE ?= 1
 
 .PHONY: test-faults
 test-faults: plugin-rootfs ## fault injection on a private dockerd: kill -9 plugin, daemon restart, share down/full/read-only (root)
@@ -35,14 +37,18 @@ test-long: ## the integrity exerciser for long (EXERCISE_OPS=20000, EXERCISE_SEE
 # find them where one long run does not (two in 2026-11, 1 run in 25 and 1
 # in 100 at 1000 operations, with a CPU load beside). Without -race, for
 # speed. The logs of failed runs stay in $(BUILD)/exercise; add
-# BINDSTATE_TEST_FUSE_DEBUG=1 to log the FUSE requests too.
+# BINDSTATE_TEST_FUSE_DEBUG=1 to log the FUSE requests too, or
+# BINDSTATE_TEST_LOG=debug for the plugin's debug lines (each change the
+# host refresh brings in), which change the timing less. Each run goes over
+# a local folder and, unless EXERCISE_SHARE=0, over an sshfs share.
 .PHONY: test-exercise-loop
 test-exercise-loop: ## the integrity exerciser many times, short (EXERCISE_RUNS=100, EXERCISE_LOOP_OPS=1000)
 	mkdir -p $(BUILD)/exercise
 	$(GO) test $(GOFLAGS_PLUGIN) -c -o $(BUILD)/exercise/frontend.test ./plugin/frontend/
 	@failed=0; for i in $$(seq 1 $(EXERCISE_RUNS)); do \
 	  log=$(BUILD)/exercise/run-$$i.log; \
-	  if BINDSTATE_EXERCISE_OPS=$(EXERCISE_LOOP_OPS) $(BUILD)/exercise/frontend.test \
+	  if BINDSTATE_EXERCISE_OPS=$(EXERCISE_LOOP_OPS) BINDSTATE_EXERCISE_SHARE=$(EXERCISE_SHARE) \
+	      $(BUILD)/exercise/frontend.test \
 	      -test.run 'TestExerciser' -test.timeout 10m > $$log 2>&1; then rm -f $$log; \
 	  else failed=$$((failed+1)); echo "run $$i failed ($$log):"; grep -m1 -h 'step [0-9]*:' $$log; fi; \
 	done; echo "test-exercise-loop: $$failed of $(EXERCISE_RUNS) runs failed"; [ $$failed -eq 0 ]

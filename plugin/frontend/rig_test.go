@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/bindstate/bindstate/integration/harness"
 	"github.com/bindstate/bindstate/plugin/consistency"
 	"github.com/bindstate/bindstate/plugin/driver"
 	"github.com/bindstate/bindstate/plugin/hostpath"
@@ -29,6 +31,7 @@ type rig struct {
 	front driver.Front
 	o     *Opener
 	spec  driver.FrontSpec
+	share *harness.Share // the sshfs share host is the mount of, or nil (newShareRig)
 }
 
 // testWriter sends log lines to the test's log until the test ends: a store
@@ -56,7 +59,14 @@ func testLogger(t testing.TB) *slog.Logger {
 		*w.done = true
 		w.mu.Unlock()
 	})
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// BINDSTATE_TEST_LOG=debug adds the plugin's debug lines (each host
+	// change the refresh brings in, each writeback), for a failure that
+	// FUSE debug output hides by changing its timing.
+	level := slog.LevelInfo
+	if os.Getenv("BINDSTATE_TEST_LOG") == "debug" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
 // newRig serves a fresh host folder in state st, rescanning the host every
@@ -113,6 +123,100 @@ func openRig(t testing.TB, st consistency.State, rescan string, setup func(host 
 	if setup != nil {
 		setup(host)
 	}
+	return openRigAt(t, base, host, st, rescan, configure, readOnly)
+}
+
+// newShareRig is newRescanRig over a real slow share, the source most users
+// serve and the bench measures: an sshfs mount over loopback of a fresh
+// folder (contrib/share.sh, its own sshd). The plugin then writes a cached
+// volume's files through its own open files of the share rather than
+// letting the kernel write the host file (store.writersFromHost), and keeps
+// no xattrs. Read what the host holds with hostNow. Skipped without sshd
+// and sshfs, except in CI.
+func newShareRig(t testing.TB, st consistency.State, rescan string) *rig {
+	t.Helper()
+	testenv.RequireFUSE(t)
+	for _, tool := range []string{"/usr/sbin/sshd", "sshfs"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if harness.InCI() {
+				t.Fatalf("%s: %v (contrib/install-deps.sh installs it)", tool, err)
+			}
+			t.Skipf("no %s for a share: %v", tool, err)
+		}
+	}
+	repo, err := harness.RepoRoot() // go test runs here, make test-exercise-loop at the top
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := t.TempDir()
+	share, err := harness.StartShare(filepath.Join(repo, "contrib", "share.sh"),
+		filepath.Join(base, "server"), filepath.Join(base, "share"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered before the front's Close (cleanups run last first): the
+	// share goes down once the front let go of it.
+	t.Cleanup(func() {
+		if err := share.Down(); err != nil {
+			t.Errorf("share down: %v", err)
+		}
+	})
+	r := openRigAt(t, base, share.Mount, st, rescan, nil, false)
+	r.share = share
+	return r
+}
+
+// hostNow is the folder where what the host holds can be read now: the
+// host folder itself or, over a share, the server's own folder once every
+// request sent to the share before is done. sshfs acknowledges a write
+// before the server has it; a statfs is a round trip on the same SFTP
+// session, which the server answers in order.
+func (r *rig) hostNow(t testing.TB) string {
+	t.Helper()
+	if r.share == nil {
+		return r.host
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(r.share.Mount, &fs); err != nil {
+		t.Fatalf("statfs of the share (to wait for the requests before it): %v", err)
+	}
+	// sshfs renames a file removed while open to .fuse_hidden* until its
+	// last close, and the plugin may close its own file of the share a
+	// moment after the container's close returned (the kernel sends
+	// RELEASE after it). They must go, and soon.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		hidden := shareHiddenFiles(t, r.share.HostDir)
+		if len(hidden) == 0 {
+			return r.share.HostDir
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the share still holds %q 10 s on: a file of it the plugin never closed", hidden)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// shareHiddenFiles lists the .fuse_hidden* files in the share's folder dir.
+func shareHiddenFiles(t testing.TB, dir string) []string {
+	t.Helper()
+	var hidden []string
+	err := filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
+		if err == nil && strings.HasPrefix(e.Name(), ".fuse_hidden") {
+			hidden = append(hidden, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hidden
+}
+
+// openRigAt opens a front in state st over host, with its state and mount
+// under base.
+func openRigAt(t testing.TB, base, host string, st consistency.State, rescan string, configure func(*Config), readOnly bool) *rig {
+	t.Helper()
 	cfg := Config{
 		StateDir:  filepath.Join(base, "state"),
 		MountRoot: filepath.Join(base, "mnt"),

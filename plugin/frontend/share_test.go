@@ -1,0 +1,88 @@
+package frontend
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// Tests over a real sshfs share (newShareRig), for what a share does and a
+// local folder does not.
+
+// rules C3 and D6: sshfs keeps each path's attributes for 20 s, so after a
+// write and a chmod through one name of a linked file its other names show
+// the old size and mode on the share. A refresh took that for a host edit
+// and gave the store's file, every name of it, the old size, mode and
+// content back: the container's own write and chmod were gone from its
+// view, in cached and in delegated alike (where the share had the new
+// content, written back). The exerciser over sshfs found it: a mount "got
+// file 0644", "stat size 141742, read 138922 bytes", an mmap write that
+// faulted past the file's new end.
+func TestC3_D6_AShareStaleNameOfALinkedFileIsNotTakenForAHostEdit(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			r := newShareRig(t, st, "1h") // the test scans itself
+			writeFile(t, r.mntPath("a"), "first")
+			for _, name := range []string{"b", "c"} {
+				if err := os.Link(r.mntPath("a"), r.mntPath(name)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.flush(t) // delegated: every name on the share, each with its base
+			shows := func(when string) {
+				t.Helper()
+				for _, name := range []string{"a", "b"} {
+					var hs unix.Stat_t
+					if err := unix.Lstat(r.hostPath(name), &hs); err != nil {
+						t.Fatal(err)
+					}
+					t.Logf("%s, the share shows %s with size %d, mode %04o", when, name, hs.Size, hs.Mode&0o7777)
+				}
+			}
+			shows("before") // and keeps those attributes for a while
+
+			// Through the third name, which then moves: the share has
+			// nothing of the new name cached, and old a and b.
+			want := "first, and a write through another name"
+			f, err := os.OpenFile(r.mntPath("c"), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteString(want[5:]); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(r.mntPath("c"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(r.mntPath("c"), r.mntPath("d")); err != nil {
+				t.Fatal(err)
+			}
+			r.flush(t) // delegated: on the share
+			shows("after")
+
+			ref := ownRefresher(t, r, false)
+			if _, err := ref.Scan(context.Background()); err != nil {
+				t.Fatalf("scan: %v", err)
+			}
+			for _, name := range []string{"a", "b", "d"} {
+				got, err := os.ReadFile(r.mntPath(name))
+				if err != nil || string(got) != want {
+					t.Errorf("mount's %s after a scan reads %q (%v), want %q", name, got, err, want)
+				}
+				fi, err := os.Stat(r.mntPath(name))
+				if err != nil || fi.Mode().Perm() != 0o600 || fi.Size() != int64(len(want)) {
+					t.Errorf("mount's %s after a scan: %v, size %d (%v), want mode 0600, size %d", name, fi.Mode(), fi.Size(), err, len(want))
+				}
+			}
+			if got, err := os.ReadFile(r.hostNow(t) + "/a"); err != nil || string(got) != want {
+				t.Errorf("server's a reads %q (%v), want %q", got, err, want)
+			}
+		})
+	}
+}
+
