@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -86,3 +87,49 @@ func TestC3_D6_AShareStaleNameOfALinkedFileIsNotTakenForAHostEdit(t *testing.T) 
 	}
 }
 
+// A symlink's owner and times are set on the share without following it:
+// sshfs sets attributes by path (SFTP SETSTAT), which the server's chown and
+// utimes follow, so a lchown or lutimes of a symlink through sshfs changes
+// its target, wherever that is on the server. The plugin, root on the host,
+// must never do that for a container (the container's `chown -h` or `touch
+// -h`, or the owner it gives a symlink it makes, in cached or at writeback):
+// the target here is a file outside the source.
+func TestHostile_ASymlinksOwnerAndTimesNeverReachItsTargetOverAShare(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			r := newShareRig(t, st, "50ms")
+			victim := filepath.Join(filepath.Dir(r.share.HostDir), "victim")
+			writeFile(t, victim, "not the container's")
+			var before unix.Stat_t
+			if err := unix.Lstat(victim, &before); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(victim, r.mntPath("l")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Lchown(r.mntPath("l"), 1234, 1234); err != nil {
+				t.Fatalf("chown -h of a symlink in the container: %v", err)
+			}
+			old := []unix.Timespec{unix.NsecToTimespec(1e18), unix.NsecToTimespec(1e18)}
+			if err := unix.UtimesNanoAt(unix.AT_FDCWD, r.mntPath("l"), old, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				t.Fatalf("touch -h of a symlink in the container: %v", err)
+			}
+			r.flush(t)
+			var after unix.Stat_t
+			if err := unix.Lstat(victim, &after); err != nil {
+				t.Fatal(err)
+			}
+			if after.Uid != before.Uid || after.Gid != before.Gid || after.Mtim != before.Mtim {
+				t.Fatalf("the symlink's target outside the source changed: owner %d:%d, mtime %v; it had %d:%d, %v",
+					after.Uid, after.Gid, after.Mtim, before.Uid, before.Gid, before.Mtim)
+			}
+			if tgt, err := os.Readlink(filepath.Join(r.hostNow(t), "l")); err != nil || tgt != victim {
+				t.Fatalf("the share's l: %q, %v; want a symlink to %s", tgt, err, victim)
+			}
+			var l unix.Stat_t
+			if err := unix.Lstat(r.mntPath("l"), &l); err != nil || l.Uid != 1234 || l.Mtim.Sec != 1e9 {
+				t.Fatalf("the container's l: owner %d, mtime %v (%v); want what it set, 1234 and %v", l.Uid, l.Mtim, err, old[1])
+			}
+		})
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path"
 	"path/filepath"
@@ -53,6 +54,12 @@ type Root struct {
 	dir     string   // host path of the directory, for messages
 	fd      int      // O_PATH|O_DIRECTORY fd of the directory; closed once Close was called and no operation uses it
 	parents *parents // directories kept open between operations (nil: none; see KeepParents)
+
+	// attrsByPath: the file system is served by a process that sets
+	// attributes by path, following a final symlink (ServedByProcess:
+	// sshfs). Lchown and Utimes then go through a descriptor of the entry
+	// and refuse a symlink (ErrSymlinkAttrs).
+	attrsByPath bool
 
 	// uses is twice the number of operations using fd, plus closedBit once
 	// Close was called. The fd is closed by whichever of Close and the
@@ -89,7 +96,13 @@ func Open(dir string) (*Root, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "open root", Path: dir, Err: err}
 	}
-	return &Root{dir: filepath.Clean(dir), fd: fd}, nil
+	return newRoot(filepath.Clean(dir), fd), nil
+}
+
+// newRoot is the Root of the directory fd, named dir in messages.
+func newRoot(dir string, fd int) *Root {
+	byProcess, _ := ServedByProcess(fd)
+	return &Root{dir: dir, fd: fd, attrsByPath: byProcess}
 }
 
 // Path is the host path the Root was opened with.
@@ -918,23 +931,13 @@ func (r *Root) Chmod(rel string, mode uint32) error {
 	return r.pathErr("chmod", c, err)
 }
 
-// chmodByFd chmods name through an O_PATH fd of exactly that entry (a
-// /proc/self/fd magic link lands on the inode, it is not a path lookup).
-func chmodByFd(dfd int, name string, mode uint32) error {
-	fd, err := openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return err
-	}
-	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-		return unix.EOPNOTSUPP
-	}
-	return unix.Chmod(procFd(fd), mode)
-}
+
+// ErrSymlinkAttrs is wrapped by the error of Lchown or Utimes of a symlink
+// on a file system served by a process (ServedByProcess): there a change
+// of a symlink's owner or times reaches its target instead (sshfs: the
+// server's chown and utimes follow it), which may be anywhere on the
+// server. It wraps EOPNOTSUPP.
+var ErrSymlinkAttrs = fmt.Errorf("the source's file system sets a symlink's owner and times on its target: %w", unix.EOPNOTSUPP)
 
 // Lchown sets the owner of rel (not following a final symlink). -1 keeps a value.
 func (r *Root) Lchown(rel string, uid, gid int) error {
@@ -946,8 +949,12 @@ func (r *Root) Lchown(rel string, uid, gid int) error {
 	if err != nil {
 		return r.pathErr("lchown", c, err)
 	}
-	err = unix.Fchownat(dfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
-	r.release(dfd)
+	defer r.release(dfd)
+	if r.attrsByPath {
+		err = byFdNotSymlink(dfd, name, ErrSymlinkAttrs, func(p string) error { return unix.Fchownat(unix.AT_FDCWD, p, uid, gid, 0) })
+	} else {
+		err = unix.Fchownat(dfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
+	}
 	return r.pathErr("lchown", c, err)
 }
 
@@ -969,9 +976,39 @@ func (r *Root) Utimes(rel string, atime, mtime *unix.Timespec) error {
 	if err != nil {
 		return r.pathErr("utimes", c, err)
 	}
-	err = unix.UtimesNanoAt(dfd, name, ts[:], unix.AT_SYMLINK_NOFOLLOW)
-	r.release(dfd)
+	defer r.release(dfd)
+	if r.attrsByPath {
+		err = byFdNotSymlink(dfd, name, ErrSymlinkAttrs, func(p string) error { return unix.UtimesNanoAt(unix.AT_FDCWD, p, ts[:], 0) })
+	} else {
+		err = unix.UtimesNanoAt(dfd, name, ts[:], unix.AT_SYMLINK_NOFOLLOW)
+	}
 	return r.pathErr("utimes", c, err)
+}
+
+// chmodByFd is Chmod's slow way, through a descriptor of the entry.
+func chmodByFd(dfd int, name string, mode uint32) error {
+	return byFdNotSymlink(dfd, name, unix.EOPNOTSUPP, func(p string) error { return unix.Chmod(p, mode) })
+}
+
+// byFdNotSymlink runs set on the /proc/self/fd magic link of an O_PATH
+// descriptor of exactly the entry name (which lands on that inode: no path
+// lookup), and refuses a symlink with symlinkErr. The file system is then
+// asked to change the inode the kernel holds, not whatever its path names
+// when the server gets to it.
+func byFdNotSymlink(dfd int, name string, symlinkErr error, set func(path string) error) error {
+	fd, err := openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return symlinkErr
+	}
+	return set(procFd(fd))
 }
 
 // Truncate sets the size of the regular file rel. The open has O_NONBLOCK

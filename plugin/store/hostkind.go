@@ -1,20 +1,12 @@
 package store
 
 import (
-	"bufio"
 	"errors"
-	"fmt"
-	"os"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/bindstate/bindstate/plugin/hostpath"
 )
-
-// fuseSuperMagic is statfs's f_type of every FUSE file system (sshfs,
-// rclone mount, virtiofs alike).
-const fuseSuperMagic = 0x65735546
 
 // writersFromHost decides, once per store, whether a cached writer may be
 // served from the host file (File.HostPassthrough), and says why.
@@ -31,58 +23,8 @@ const fuseSuperMagic = 0x65735546
 // the kernel's writes would be reported to nobody and the data lost, so
 // there every write goes through the plugin's open file, as before.
 func writersFromHost(host int) (bool, string) {
-	var fs unix.Statfs_t
-	if err := unix.Fstatfs(host, &fs); err != nil {
-		return false, fmt.Sprintf("statfs failed: %v", err)
-	}
-	if fs.Type != fuseSuperMagic {
-		return true, fmt.Sprintf("a kernel file system (type %#x)", fs.Type)
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(host, &st); err != nil {
-		return false, fmt.Sprintf("stat failed: %v", err)
-	}
-	kind, err := mountType(unix.Major(st.Dev), unix.Minor(st.Dev))
-	switch {
-	case err != nil:
-		return false, fmt.Sprintf("a FUSE file system (%v)", err)
-	case kind == "virtiofs":
-		// The kernel's FUSE client over a VM's device: its server
-		// answers a write once done, and the client keeps writeback
-		// errors with the file, as other kernel file systems do.
-		return true, "virtiofs"
-	default:
-		return false, fmt.Sprintf("a FUSE file system run by a process (%s)", kind)
-	}
-}
-
-// mountType is the file system type of the mount of device major:minor,
-// from /proc/self/mountinfo.
-func mountType(major, minor uint32) (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	dev := fmt.Sprintf("%d:%d", major, minor)
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		// ID PARENT MAJOR:MINOR ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 3 || fields[2] != dev {
-			continue
-		}
-		for i, fld := range fields {
-			if fld == "-" && i+1 < len(fields) {
-				return fields[i+1], nil
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", err
-	}
-	return "", fmt.Errorf("device %s not in /proc/self/mountinfo", dev)
+	byProcess, kind := hostpath.ServedByProcess(host)
+	return !byProcess, kind
 }
 
 // xattrNamespaces are the namespaces of extended attributes a container

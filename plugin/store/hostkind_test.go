@@ -32,22 +32,6 @@ func TestC3_WritersFromHostOnKernelFileSystems(t *testing.T) {
 	}
 }
 
-// mountType finds a mount's type by its device, as the FUSE case of
-// writersFromHost needs (virtiofs or a FUSE file system run by a process).
-func TestMountTypeOfADevice(t *testing.T) {
-	var st unix.Stat_t
-	if err := unix.Stat("/proc", &st); err != nil {
-		t.Fatal(err)
-	}
-	kind, err := mountType(unix.Major(st.Dev), unix.Minor(st.Dev))
-	if err != nil || kind != "proc" {
-		t.Fatalf("mount type of /proc: %q, %v; want proc", kind, err)
-	}
-	if _, err := mountType(4095, 1048575); err == nil {
-		t.Fatal("a device no mount has: no error")
-	}
-}
-
 // A fetch is the plugin reading the host file, not the container: the host
 // keeps the atime the container saw (O_NOATIME). posixtest's FstatDeleted
 // saw it move, once in ten runs, when a host-written file's store copy was

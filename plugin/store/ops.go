@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path"
 	"slices"
 	"strings"
@@ -584,8 +585,27 @@ func (s *Store) Setattr(ctx context.Context, rel string, a Attrs) error {
 		defer s.lockContentOf(regular)()
 	}
 	return s.do(r, []string{rel},
-		func() error { return applyAttrs(s.host, rel, a) },
+		func() error { return s.keptFromHost(rel, applyAttrs(s.host, rel, a)) },
 		func() error { return applyAttrs(s.local, rel, a) })
+}
+
+// keptFromHost answers err, the host's refusal of a change to rel. A
+// symlink's owner or times on a share that would set them on its target
+// (hostpath.ErrSymlinkAttrs: sshfs) are kept from the host, and the change
+// succeeds in the container's view only: refusing it would fail an untar
+// run as root (tar sets the owner of each symlink it makes), and letting
+// it through would change whatever file the symlink names on the server,
+// inside the source or not. Said once per volume.
+func (s *Store) keptFromHost(rel string, err error) error {
+	if !errors.Is(err, hostpath.ErrSymlinkAttrs) {
+		return err
+	}
+	level, msg := slog.LevelDebug, "a symlink's owner or times kept from the host"
+	if s.symlinkAttrsSeen.CompareAndSwap(false, true) {
+		level, msg = slog.LevelInfo, msg+": the source's file system would set them on the symlink's target; the container's view keeps them (said once per volume)"
+	}
+	s.log.Log(context.Background(), level, msg, "path", rel)
+	return nil
 }
 
 // hostOriginTruncate: the one change the refresh makes to an existing

@@ -135,6 +135,9 @@ type Store struct {
 	// modeRefusalSeen: the host has refused a mode at writeback that was
 	// no change of the container's (hostChmodFailed); said once, at Warn.
 	modeRefusalSeen atomic.Bool
+	// symlinkAttrsSeen: a symlink's owner or times were kept from the host
+	// (hostpath.ErrSymlinkAttrs); said once per store.
+	symlinkAttrsSeen atomic.Bool
 
 	// populated is the log of directories populated, in order (see
 	// PopulatedSince): the most recent ones, at most populatedMax of them,
