@@ -931,7 +931,6 @@ func (r *Root) Chmod(rel string, mode uint32) error {
 	return r.pathErr("chmod", c, err)
 }
 
-
 // ErrSymlinkAttrs is wrapped by the error of Lchown or Utimes of a symlink
 // on a file system served by a process (ServedByProcess): there a change
 // of a symlink's owner or times reaches its target instead (sshfs: the
@@ -1001,11 +1000,14 @@ func byFdNotSymlink(dfd int, name string, symlinkErr error, set func(path string
 		return err
 	}
 	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
+	// An inode's type never changes, so the kernel's copy of it will do:
+	// no round trip to a share whose attributes the kernel holds as stale
+	// (sshfs: after every write or setattr, one in each untarred file).
+	var stx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &stx); err != nil {
 		return err
 	}
-	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+	if uint32(stx.Mode)&unix.S_IFMT == unix.S_IFLNK {
 		return symlinkErr
 	}
 	return set(procFd(fd))
