@@ -2,8 +2,10 @@ package frontend
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -129,6 +131,62 @@ func TestHostile_ASymlinksOwnerAndTimesNeverReachItsTargetOverAShare(t *testing.
 			var l unix.Stat_t
 			if err := unix.Lstat(r.mntPath("l"), &l); err != nil || l.Uid != 1234 || l.Mtim.Sec != 1e9 {
 				t.Fatalf("the container's l: owner %d, mtime %v (%v); want what it set, 1234 and %v", l.Uid, l.Mtim, err, old[1])
+			}
+		})
+	}
+}
+
+// rules C2 and D6: Debian's sshfs refuses to say where a symlink points when
+// the target is absolute or has a ".." (EPERM, its contain_symlinks default),
+// which is every link of a node_modules/.bin. A plain bind of that share
+// lists such a link and fails its readlink; so does the volume. Before, the
+// listing of the directory failed whole (EPERM): making the store's entries
+// read each link's target.
+func TestC2_D6_ASymlinkWhoseTargetTheShareRefusesIsListed(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			r := newShareRig(t, st, "50ms")
+			srv := r.share.HostDir
+			if err := os.MkdirAll(filepath.Join(srv, "bin"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for name, target := range map[string]string{"tool": "../pkg/tool.js", "abs": "/etc/passwd", "near": "other"} {
+				if err := os.Symlink(target, filepath.Join(srv, "bin", name)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			writeFile(t, filepath.Join(srv, "bin", "other"), "x")
+			_, shareErr := os.Readlink(r.hostPath("bin/tool"))
+			if !errors.Is(shareErr, unix.EPERM) {
+				t.Skipf("this sshfs tells a target with \"..\" (readlink: %v): nothing refused to test", shareErr)
+			}
+
+			if got := listNames(t, r.mntPath("bin")); strings.Join(got, " ") != "abs near other tool" {
+				t.Fatalf("the container lists bin as %q, want abs near other tool", got)
+			}
+			for _, name := range []string{"tool", "abs"} {
+				var l unix.Stat_t
+				if err := unix.Lstat(r.mntPath("bin/"+name), &l); err != nil || l.Mode&unix.S_IFMT != unix.S_IFLNK {
+					t.Fatalf("lstat bin/%s: mode %o, %v; want a symlink", name, l.Mode, err)
+				}
+				if _, err := os.Readlink(r.mntPath("bin/" + name)); !errors.Is(err, unix.EPERM) {
+					t.Fatalf("readlink bin/%s: %v; want EPERM, as the share's", name, err)
+				}
+			}
+			if tgt, err := os.Readlink(r.mntPath("bin/near")); err != nil || tgt != "other" {
+				t.Fatalf("readlink bin/near: %q, %v; want other", tgt, err)
+			}
+			// Renamed, it keeps its target on the share (a symlink is
+			// renamed on the host at once, in delegated too).
+			if err := os.Rename(r.mntPath("bin/tool"), r.mntPath("bin/moved")); err != nil {
+				t.Fatal(err)
+			}
+			r.flush(t)
+			if tgt, err := os.Readlink(filepath.Join(r.hostNow(t), "bin/moved")); err != nil || tgt != "../pkg/tool.js" {
+				t.Fatalf("the server's bin/moved: %q, %v; want the link to ../pkg/tool.js", tgt, err)
+			}
+			if s := r.front.Status(); s.Failed != 0 || s.Dirty != 0 {
+				t.Fatalf("status after the flush: %+v; want nothing failed or dirty", s)
 			}
 		})
 	}

@@ -92,7 +92,7 @@ func (s *Store) RefreshEntry(rel string) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		ht, err := s.host.Readlink(rel)
+		ht, err := s.hostReadlink(rel)
 		if err != nil {
 			return false, err
 		}

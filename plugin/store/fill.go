@@ -351,7 +351,7 @@ func (s *Store) adopt(rel string, st *unix.Stat_t) error {
 // FIFO, socket or device node (the node itself, rule D8).
 func (s *Store) adoptNode(rel string, st *unix.Stat_t) error {
 	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
-		target, err := s.host.Readlink(rel)
+		target, err := s.hostReadlink(rel)
 		if err != nil {
 			return err
 		}

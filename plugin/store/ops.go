@@ -253,7 +253,6 @@ func (s *Store) ReadDir(dir string) ([]hostpath.DirEntry, error) {
 }
 
 // Readlink returns a symlink's target, as stored: it is never followed here.
-func (s *Store) Readlink(rel string) (string, error) { return s.local.Readlink(rel) }
 
 // Owner is who a new entry belongs to (the calling container process).
 type Owner struct{ Uid, Gid int }
@@ -823,9 +822,11 @@ func (s *Store) hostStillHas(rel string) bool {
 		return false
 	}
 	if lst.Mode&unix.S_IFMT == unix.S_IFLNK {
+		// A target the share refuses to tell cannot be compared: what
+		// cannot be told apart from the store's is kept.
 		lt, err1 := s.local.Readlink(rel)
-		ht, err2 := s.host.Readlink(rel)
-		return err1 == nil && err2 == nil && lt == ht
+		ht, err2 := s.hostReadlink(rel)
+		return err1 == nil && err2 == nil && (lt == ht || ht == targetRefused)
 	}
 	return true
 }

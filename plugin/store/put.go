@@ -194,7 +194,7 @@ func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
 		return nil
 	case st.Mode&unix.S_IFMT == unix.S_IFLNK && hst.Mode&unix.S_IFMT == unix.S_IFLNK:
 		if t1, err := s.local.Readlink(rel); err == nil {
-			if t2, err := s.host.Readlink(rel); err == nil && t1 == t2 {
+			if t2, err := s.hostReadlink(rel); err == nil && t1 == t2 {
 				return nil
 			}
 		}
@@ -760,9 +760,15 @@ func (s *Store) putSymlink(rel string, st *unix.Stat_t, exists bool, hst *unix.S
 		return err
 	}
 	if exists && hst.Mode&unix.S_IFMT == unix.S_IFLNK {
-		if cur, err := s.host.Readlink(rel); err == nil && cur == target {
+		if cur, err := s.hostReadlink(rel); err == nil && cur == target {
 			return nil
 		}
+	}
+	if target == targetRefused {
+		// The container moved a link whose target the share would not
+		// tell: its new name cannot get that target, so the Put fails
+		// (rule D4), and the link stays in the store.
+		return fmt.Errorf("write back symlink %q: %w", rel, errTargetRefused)
 	}
 	tmp := path.Join(dirOf(rel), tmpPrefix+strconv.FormatInt(time.Now().UnixNano(), 36))
 	if err := s.host.Symlink(target, tmp); err != nil {

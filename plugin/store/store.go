@@ -138,6 +138,9 @@ type Store struct {
 	// symlinkAttrsSeen: a symlink's owner or times were kept from the host
 	// (hostpath.ErrSymlinkAttrs); said once per store.
 	symlinkAttrsSeen atomic.Bool
+	// targetRefusedSeen: the share refused a symlink's target
+	// (hostReadlink); said once per store.
+	targetRefusedSeen atomic.Bool
 
 	// populated is the log of directories populated, in order (see
 	// PopulatedSince): the most recent ones, at most populatedMax of them,
