@@ -151,3 +151,63 @@ func TestD7_ARemovedDirectoryHoldingWhatTheHostAddedIsKeptAside(t *testing.T) {
 		}
 	})
 }
+
+// The same, with the parent's removal written back first (two writeback
+// workers may take the two in either order): the host's file was added in
+// the subdirectory, so the parent's mtime is as the store saw it, and the
+// parent went with everything in it. CI caught it once, under load
+// (TestD7_ARemovedDirectoryHoldingWhatTheHostAddedIsKeptAside).
+func TestD7_AParentsRemovalWrittenBackFirstKeepsWhatTheHostAddedBeneath(t *testing.T) {
+	withAndWithoutAHostFile(t, func(t *testing.T, hostAdds bool) {
+		r := newStoreRig(t, consistency.Delegated, writeback.Options{Delay: time.Hour}, func(h string) {
+			if err := os.MkdirAll(filepath.Join(h, "d", "sub"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(h, "d", "sub", "b"), []byte("b"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		})
+		ctx := context.Background()
+		for _, dir := range []string{"", "d", "d/sub"} {
+			if err := r.s.EnsurePopulated(dir); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, step := range []func() error{
+			func() error { return r.s.Unlink(ctx, "d/sub/b") },
+			func() error { return r.s.Rmdir(ctx, "d/sub") },
+			func() error { return r.s.Rmdir(ctx, "d") },
+		} {
+			if err := step(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if hostAdds {
+			if err := os.WriteFile(filepath.Join(r.host, "d", "sub", "host-only"), []byte("host"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := (putter{r.s}).Put(ctx, "d"); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var kept []string
+		filepath.WalkDir(r.host, func(p string, e os.DirEntry, err error) error {
+			if err == nil && e.Name() == "host-only" && readHostFile(t, p) == "host" {
+				kept = append(kept, p)
+			}
+			return nil
+		})
+		_, dErr := os.Lstat(filepath.Join(r.host, "d"))
+		switch {
+		case !os.IsNotExist(dErr):
+			t.Errorf("host d after the container removed it: %v, want gone", dErr)
+		case hostAdds && len(kept) != 1:
+			t.Errorf("the file the host added in d/sub: kept as %q, want in a conflict copy of d", kept)
+		case !hostAdds && r.s.conflicts.Load() != 0:
+			t.Errorf("%d conflict copies of a directory holding only what the container removed", r.s.conflicts.Load())
+		}
+	})
+}

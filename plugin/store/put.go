@@ -252,7 +252,8 @@ func (s *Store) hostAtBase(rel string, b Base, hst *unix.Stat_t) bool {
 // hostHoldsOnlyRemovals reports whether every entry of host directory dir
 // is one the container removed, as the host still has it: gone from the
 // store, its removal queued (dirty), and at the base the store knew it by
-// (hostAtBase, which looks into a subdirectory the same way). Anything
+// (hostAtBase), a subdirectory holding only such entries itself, whatever
+// its mtime says (see putAbsent). Anything
 // else, an entry the host added or changed, or one the container still
 // has, is what replacing or removing the directory would lose.
 func (s *Store) hostHoldsOnlyRemovals(dir string) bool {
@@ -268,7 +269,16 @@ func (s *Store) hostHoldsOnlyRemovals(dir string) bool {
 		if _, err := s.local.Lstat(child); !gone(err) {
 			return false
 		}
-		if b, known := s.hostBase(child); !known || !s.hostAtBase(child, b, &entries[i].Stat) {
+		b, known := s.hostBase(child)
+		switch {
+		case !known:
+			return false
+		case entries[i].Stat.Mode&unix.S_IFMT == unix.S_IFDIR:
+			// Looked into whatever its mtime says (see putAbsent).
+			if b.Mode&unix.S_IFMT != unix.S_IFDIR || !s.hostHoldsOnlyRemovals(child) {
+				return false
+			}
+		case !s.hostAtBase(child, b, &entries[i].Stat):
 			return false
 		}
 	}
@@ -310,8 +320,17 @@ func (s *Store) putAbsent(rel string) error {
 		return fmt.Errorf("writeback %q: %w", rel, err)
 	}
 	b, known := s.hostBase(rel)
+	changed := known && !s.hostAtBase(rel, b, &hst)
+	if known && !changed && hst.Mode&unix.S_IFMT == unix.S_IFDIR {
+		// A directory goes with all it holds, so what it holds is looked
+		// at even where its mtime is as the store saw it: a host edit in a
+		// subdirectory moves only the subdirectory's mtime, and the Put of
+		// the parent may run first (two writeback workers, either order);
+		// an edit within the timestamp tick of the last sync moves none.
+		changed = !s.hostHoldsOnlyRemovals(rel)
+	}
 	switch {
-	case known && !s.hostAtBase(rel, b, &hst):
+	case changed:
 		// The host changed what the container deleted (rule D7), or added
 		// to the directory it deleted: keep it.
 		aside := conflictName(rel)
