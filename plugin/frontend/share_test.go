@@ -7,8 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/consistency"
 )
 
 // Tests over a real sshfs share (newShareRig), for what a share does and a
@@ -189,5 +192,52 @@ func TestC2_D6_ASymlinkWhoseTargetTheShareRefusesIsListed(t *testing.T) {
 				t.Fatalf("status after the flush: %+v; want nothing failed or dirty", s)
 			}
 		})
+	}
+}
+
+// rule C3 over sshfs, which keeps a file removed while open under a
+// .fuse_hidden* name until its last close. The plugin's own file of the
+// share is closed at the RELEASE the kernel sends after the container's
+// close returned, so a container that wrote a file, closed it and removed
+// it could find the directory not empty on the share (rm -rf failed with
+// ENOTEMPTY now and then: the exerciser over sshfs), and the refresh
+// brought the hidden name into the container's view. Here the container
+// holds the file open itself, which makes that moment as long as it likes.
+func TestC3_AFileRemovedWhileOpenLeavesNoTraceOverAShare(t *testing.T) {
+	r := newShareRig(t, consistency.Cached, "20ms")
+	if err := os.Mkdir(r.mntPath("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(r.mntPath("d/a"), os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() }) // before the front's close, on a failure too
+	if _, err := f.WriteString("written, then removed while open"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(r.mntPath("d/a")); err != nil {
+		t.Fatal(err)
+	}
+	if hidden := shareHiddenFiles(t, r.share.HostDir); len(hidden) == 0 {
+		t.Skip("this sshfs keeps no file removed while open (hard_remove): nothing to test")
+	}
+	time.Sleep(200 * time.Millisecond) // refreshes of d, which the removal changed
+	if names := listNames(t, r.mntPath("d")); len(names) != 0 {
+		t.Fatalf("the container lists d as %q, want it empty", names)
+	}
+	closed := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		closed <- f.Close()
+	}()
+	if err := os.Remove(r.mntPath("d")); err != nil {
+		t.Fatalf("rmdir d, empty in the container, while the share still holds the removed file: %v", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(r.hostNow(t), "d")); !os.IsNotExist(err) {
+		t.Fatalf("the server's d after rmdir: %v, want gone", err)
 	}
 }

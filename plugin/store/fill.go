@@ -70,6 +70,9 @@ func (s *Store) EnsurePopulated(dir string) error {
 	for i := range entries {
 		child := join(dir, entries[i].Name)
 		st := &entries[i].Stat
+		if IsTemporary(entries[i].Name) {
+			continue // the writeback's, or the share's, gone in a moment
+		}
 		if s.IsDirty(child) {
 			continue // the container changed or deleted it: its version stands
 		}

@@ -8,6 +8,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -460,7 +461,7 @@ func (s *Store) Rmdir(ctx context.Context, rel string) error {
 	}
 	r := s.routeFor(ctx)
 	return s.do(r, []string{rel},
-		func() error { return ignoreENOENT(s.host.Remove(rel)) },
+		func() error { return ignoreENOENT(s.removeHostDir(rel)) },
 		func() error {
 			if r == routeJournal {
 				// As for Unlink: what the host had here stays known, so a
@@ -471,6 +472,37 @@ func (s *Store) Rmdir(ctx context.Context, rel string) error {
 			}
 			return s.local.Remove(rel)
 		})
+}
+
+// removeHostDir removes the empty host directory rel. One that holds only
+// names a share keeps files removed while open under (isShareHidden: the
+// plugin's own file of one the container just closed and removed, released
+// a moment later) is tried again until they are gone, for up to 2 s:
+// `rm -rf` in a cached volume of sshfs failed with ENOTEMPTY now and then.
+func (s *Store) removeHostDir(rel string) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		err := s.host.Remove(rel)
+		if !errors.Is(err, unix.ENOTEMPTY) || time.Now().After(deadline) || !s.hostHoldsOnlyHidden(rel) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// hostHoldsOnlyHidden reports whether the host directory dir holds only
+// names of files removed while open (isShareHidden).
+func (s *Store) hostHoldsOnlyHidden(dir string) bool {
+	entries, err := s.host.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if !isShareHidden(e.Name) {
+			return false
+		}
+	}
+	return true
 }
 
 func ignoreENOENT(err error) error {

@@ -263,6 +263,9 @@ func (s *Store) hostHoldsOnlyRemovals(dir string) bool {
 	}
 	for i := range entries {
 		child := join(dir, entries[i].Name)
+		if isShareHidden(entries[i].Name) {
+			continue // removed already, open a moment more
+		}
 		if !s.IsDirty(child) {
 			return false
 		}
@@ -303,9 +306,18 @@ func (s *Store) ensureHostParent(ctx context.Context, rel string) error {
 // (written beside their target, then renamed over it).
 const tmpPrefix = ".bindstate-tmp-"
 
-// IsTemporary reports a name the writeback uses for a file it is writing on
-// the host: the host refresh must not bring such names into the store.
-func IsTemporary(name string) bool { return strings.HasPrefix(name, tmpPrefix) }
+// IsTemporary reports a name the host refresh must not bring into the
+// store: one the writeback uses for a file it is writing on the host, or
+// one a share gives a file removed while open (isShareHidden).
+func IsTemporary(name string) bool { return strings.HasPrefix(name, tmpPrefix) || isShareHidden(name) }
+
+// isShareHidden reports a name under which a FUSE share served by libfuse
+// (sshfs) keeps a file removed while open, until its last close: nobody's
+// file, gone in a moment. The plugin's own file of the share may be the
+// one open: the kernel sends the RELEASE that closes it after the
+// container's close has returned, so a container that writes a file,
+// closes and removes it can leave one for that moment (removeHostDir).
+func isShareHidden(name string) bool { return strings.HasPrefix(name, ".fuse_hidden") }
 
 // putAbsent removes rel from the host: the container deleted it.
 func (s *Store) putAbsent(rel string) error {
