@@ -253,8 +253,6 @@ func (s *Store) ReadDir(dir string) ([]hostpath.DirEntry, error) {
 	return entries, err
 }
 
-// Readlink returns a symlink's target, as stored: it is never followed here.
-
 // Owner is who a new entry belongs to (the calling container process).
 type Owner struct{ Uid, Gid int }
 

@@ -39,7 +39,8 @@ func (s *Store) hostReadlink(rel string) (string, error) {
 	return t, err
 }
 
-// Readlink is the target of the store's symlink rel.
+// Readlink returns a symlink's target, as stored: it is never followed here.
+// One whose target the share refused reads as EPERM (errTargetRefused).
 func (s *Store) Readlink(rel string) (string, error) {
 	t, err := s.local.Readlink(rel)
 	if err == nil && t == targetRefused {
