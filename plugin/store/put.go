@@ -225,16 +225,22 @@ func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
 // linked file leaves its other names stale), and a stale answer taken for a
 // host edit keeps a spurious conflict copy. So an entry that does not match
 // is looked at again past the caches, and hst is left with what that saw;
-// only a mismatch pays those round trips. A directory's mtime moves with
-// every entry the writeback makes or removes in it, so one that does not
-// match is as the store saw it when it holds only what the container
-// removed too (hostHoldsOnlyRemovals): nothing the host added or changed.
+// only a mismatch pays those round trips.
+//
+// A directory is judged by what it holds, not by its mtime: it is as the
+// store saw it when it holds only what the container removed too
+// (hostHoldsOnlyRemovals), nothing the host added or changed. Its mtime
+// moves with every entry the writeback makes or removes in it, and stays
+// put for a host edit in a subdirectory (which a removal or replacement of
+// the directory would take with it; the Put of the parent may run before
+// the subdirectory's, two workers taking them in either order) or within
+// the timestamp tick of the last sync.
 func (s *Store) hostAtBase(rel string, b Base, hst *unix.Stat_t) bool {
-	if b.Matches(hst) {
-		return true
-	}
 	if hst.Mode&unix.S_IFMT == unix.S_IFDIR {
 		return b.Mode&unix.S_IFMT == unix.S_IFDIR && s.hostHoldsOnlyRemovals(rel)
+	}
+	if b.Matches(hst) {
+		return true
 	}
 	fresh, err := s.host.LstatFresh(rel)
 	if err != nil {
@@ -252,8 +258,7 @@ func (s *Store) hostAtBase(rel string, b Base, hst *unix.Stat_t) bool {
 // hostHoldsOnlyRemovals reports whether every entry of host directory dir
 // is one the container removed, as the host still has it: gone from the
 // store, its removal queued (dirty), and at the base the store knew it by
-// (hostAtBase), a subdirectory holding only such entries itself, whatever
-// its mtime says (see putAbsent). Anything
+// (hostAtBase, which looks into a subdirectory the same way). Anything
 // else, an entry the host added or changed, or one the container still
 // has, is what replacing or removing the directory would lose.
 func (s *Store) hostHoldsOnlyRemovals(dir string) bool {
@@ -272,16 +277,7 @@ func (s *Store) hostHoldsOnlyRemovals(dir string) bool {
 		if _, err := s.local.Lstat(child); !gone(err) {
 			return false
 		}
-		b, known := s.hostBase(child)
-		switch {
-		case !known:
-			return false
-		case entries[i].Stat.Mode&unix.S_IFMT == unix.S_IFDIR:
-			// Looked into whatever its mtime says (see putAbsent).
-			if b.Mode&unix.S_IFMT != unix.S_IFDIR || !s.hostHoldsOnlyRemovals(child) {
-				return false
-			}
-		case !s.hostAtBase(child, b, &entries[i].Stat):
+		if b, known := s.hostBase(child); !known || !s.hostAtBase(child, b, &entries[i].Stat) {
 			return false
 		}
 	}
@@ -332,17 +328,8 @@ func (s *Store) putAbsent(rel string) error {
 		return fmt.Errorf("writeback %q: %w", rel, err)
 	}
 	b, known := s.hostBase(rel)
-	changed := known && !s.hostAtBase(rel, b, &hst)
-	if known && !changed && hst.Mode&unix.S_IFMT == unix.S_IFDIR {
-		// A directory goes with all it holds, so what it holds is looked
-		// at even where its mtime is as the store saw it: a host edit in a
-		// subdirectory moves only the subdirectory's mtime, and the Put of
-		// the parent may run first (two writeback workers, either order);
-		// an edit within the timestamp tick of the last sync moves none.
-		changed = !s.hostHoldsOnlyRemovals(rel)
-	}
 	switch {
-	case changed:
+	case known && !s.hostAtBase(rel, b, &hst):
 		// The host changed what the container deleted (rule D7), or added
 		// to the directory it deleted: keep it.
 		aside := conflictName(rel)
