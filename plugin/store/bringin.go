@@ -59,20 +59,17 @@ func (s *Store) RefreshEntry(rel string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if b, ok := s.EntryBase(rel, hst.Mode); ok && !b.Matches(&hst) {
-		// A share may answer from attributes it kept from before the
-		// container's last change (sshfs keeps them per path: a write or
-		// chmod through one name of a linked file leaves the other names
-		// stale for 20 s). Taken for a host edit, that would give the
-		// container's file its own older size, mode or content back. So a
-		// mismatch is looked at again past the caches (as hostAtBase does
-		// for the writeback); only a mismatch pays those round trips.
-		if hst, err = s.host.LstatFresh(rel); err != nil {
+	if b, known := s.EntryBase(rel, hst.Mode); known {
+		// Past the share's caches: a stale answer taken for a host edit
+		// would give the container's file its own older size, mode or
+		// content back.
+		at, err := s.matchesPastCaches(rel, b, &hst)
+		if err != nil {
 			return false, err
 		}
-	}
-	if b, ok := s.EntryBase(rel, hst.Mode); ok && b.Matches(&hst) {
-		return false, nil // what the store has is what the host has
+		if at {
+			return false, nil // what the store has is what the host has
+		}
 	}
 	st := &hst
 	lst, err := s.local.Lstat(rel)

@@ -219,13 +219,9 @@ func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
 // hostAtBase reports whether host entry rel, as a lookup saw it (hst), is
 // still what base b recorded: the host has not changed it since the store
 // last saw it (rule D7), so the container's change (a removal, or another
-// entry in its place) may replace it. A share may answer a lookup from
-// attributes it kept from before the writeback's own last change there
-// (sshfs keeps them per path for 20 s, so a write through one name of a
-// linked file leaves its other names stale), and a stale answer taken for a
-// host edit keeps a spurious conflict copy. So an entry that does not match
-// is looked at again past the caches, and hst is left with what that saw;
-// only a mismatch pays those round trips.
+// entry in its place) may replace it. It is judged past the share's caches
+// (matchesPastCaches, which leaves hst with what it saw): a stale answer
+// taken for a host edit keeps a spurious conflict copy.
 //
 // A directory is judged by what it holds, not by its mtime: it is as the
 // store saw it when it holds only what the container removed too
@@ -239,12 +235,24 @@ func (s *Store) hostAtBase(rel string, b Base, hst *unix.Stat_t) bool {
 	if hst.Mode&unix.S_IFMT == unix.S_IFDIR {
 		return b.Mode&unix.S_IFMT == unix.S_IFDIR && s.hostHoldsOnlyRemovals(rel)
 	}
+	at, err := s.matchesPastCaches(rel, b, hst)
+	return err == nil && at // on an error, what happens next says what is wrong there
+}
+
+// matchesPastCaches reports whether host entry rel matches base b: as a
+// lookup saw it (hst), or, where that does not match, as a look past the
+// share's caches sees it (LstatFresh), which hst is then left with. A
+// share may answer a lookup from attributes it kept from before the
+// plugin's own last change there (sshfs keeps them per path for 20 s, so
+// a write or chmod through one name of a linked file leaves its other
+// names stale); only a mismatch pays those round trips.
+func (s *Store) matchesPastCaches(rel string, b Base, hst *unix.Stat_t) (bool, error) {
 	if b.Matches(hst) {
-		return true
+		return true, nil
 	}
 	fresh, err := s.host.LstatFresh(rel)
 	if err != nil {
-		return false // what happens next says what is wrong there
+		return false, err
 	}
 	at := b.Matches(&fresh)
 	if at {
@@ -252,7 +260,7 @@ func (s *Store) hostAtBase(rel string, b Base, hst *unix.Stat_t) bool {
 			"path", rel, "cached", baseOf(hst).String(), "host_now", baseOf(&fresh).String())
 	}
 	*hst = fresh
-	return at
+	return at, nil
 }
 
 // hostHoldsOnlyRemovals reports whether every entry of host directory dir
