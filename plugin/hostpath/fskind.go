@@ -13,7 +13,7 @@ import (
 // rclone mount, virtiofs alike).
 const fuseSuperMagic = 0x65735546
 
-// ServedByProcess reports whether the file system of fd is a FUSE file
+// servedByProcess reports whether the file system of fd is a FUSE file
 // system served by a process (sshfs, rclone mount), and says what it is.
 // Such a server works by path and on its own terms, where a kernel file
 // system (ext4, NFS, SMB, 9p) or virtiofs (the kernel's FUSE client over a
@@ -25,7 +25,7 @@ const fuseSuperMagic = 0x65735546
 //
 // Where it cannot tell (statfs or mountinfo failed), it says served by a
 // process: the cautious answer for both.
-func ServedByProcess(fd int) (bool, string) {
+func servedByProcess(fd int) (bool, string) {
 	var fs unix.Statfs_t
 	if err := unix.Fstatfs(fd, &fs); err != nil {
 		return true, fmt.Sprintf("statfs failed: %v", err)

@@ -25,7 +25,7 @@ func TestMountTypeOfADevice(t *testing.T) {
 	}
 }
 
-// On a file system that sets attributes by path (attrsByPath: sshfs, where
+// On a file system that sets attributes by path (ServedByProcess: sshfs, where
 // the server's chown and utimes follow a final symlink), Lchown and Utimes
 // go through a descriptor of the entry and refuse a symlink, so its target
 // is never touched. A local folder stands in for the share here; over a
@@ -38,7 +38,7 @@ func TestAttrsByPathRefuseASymlinkAndSetAFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	r.attrsByPath = true
+	r.kind.once.Do(func() { r.kind.byProcess = true })
 	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}

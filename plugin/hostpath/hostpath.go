@@ -55,11 +55,14 @@ type Root struct {
 	fd      int      // O_PATH|O_DIRECTORY fd of the directory; closed once Close was called and no operation uses it
 	parents *parents // directories kept open between operations (nil: none; see KeepParents)
 
-	// attrsByPath: the file system is served by a process that sets
-	// attributes by path, following a final symlink (ServedByProcess:
-	// sshfs). Lchown and Utimes then go through a descriptor of the entry
-	// and refuse a symlink (ErrSymlinkAttrs).
-	attrsByPath bool
+	// kind is what file system the directory is on (ServedByProcess),
+	// found at the first question: only attribute changes on a source
+	// and the store's choice of writers ask.
+	kind struct {
+		once      sync.Once
+		byProcess bool
+		why       string
+	}
 
 	// uses is twice the number of operations using fd, plus closedBit once
 	// Close was called. The fd is closed by whichever of Close and the
@@ -96,13 +99,16 @@ func Open(dir string) (*Root, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "open root", Path: dir, Err: err}
 	}
-	return newRoot(filepath.Clean(dir), fd), nil
+	return &Root{dir: filepath.Clean(dir), fd: fd}, nil
 }
 
-// newRoot is the Root of the directory fd, named dir in messages.
-func newRoot(dir string, fd int) *Root {
-	byProcess, _ := ServedByProcess(fd)
-	return &Root{dir: dir, fd: fd, attrsByPath: byProcess}
+// ServedByProcess is servedByProcess of the Root's directory, found once.
+// Where it is, Lchown and Utimes go through a descriptor of the entry and
+// refuse a symlink (ErrSymlinkAttrs): such a server sets attributes by
+// path, following a final symlink (sshfs).
+func (r *Root) ServedByProcess() (bool, string) {
+	r.kind.once.Do(func() { r.kind.byProcess, r.kind.why = servedByProcess(r.fd) })
+	return r.kind.byProcess, r.kind.why
 }
 
 // Path is the host path the Root was opened with.
@@ -949,7 +955,7 @@ func (r *Root) Lchown(rel string, uid, gid int) error {
 		return r.pathErr("lchown", c, err)
 	}
 	defer r.release(dfd)
-	if r.attrsByPath {
+	if byProcess, _ := r.ServedByProcess(); byProcess {
 		err = byFdNotSymlink(dfd, name, ErrSymlinkAttrs, func(p string) error { return unix.Fchownat(unix.AT_FDCWD, p, uid, gid, 0) })
 	} else {
 		err = unix.Fchownat(dfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW)
@@ -976,7 +982,7 @@ func (r *Root) Utimes(rel string, atime, mtime *unix.Timespec) error {
 		return r.pathErr("utimes", c, err)
 	}
 	defer r.release(dfd)
-	if r.attrsByPath {
+	if byProcess, _ := r.ServedByProcess(); byProcess {
 		err = byFdNotSymlink(dfd, name, ErrSymlinkAttrs, func(p string) error { return unix.UtimesNanoAt(unix.AT_FDCWD, p, ts[:], 0) })
 	} else {
 		err = unix.UtimesNanoAt(dfd, name, ts[:], unix.AT_SYMLINK_NOFOLLOW)

@@ -141,7 +141,7 @@ func (p Policy) OpenSource(hostPrefix, source string) (*Root, error) {
 	if err != nil {
 		return nil, sourceError(pfd, source, err)
 	}
-	return newRoot(source, fd), nil
+	return &Root{dir: source, fd: fd}, nil
 }
 
 // sourceError explains why source could not be opened beneath pfd.

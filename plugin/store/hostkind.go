@@ -22,8 +22,8 @@ import (
 // and keep the failure with that one open file (sshfs does): the failure of
 // the kernel's writes would be reported to nobody and the data lost, so
 // there every write goes through the plugin's open file, as before.
-func writersFromHost(host int) (bool, string) {
-	byProcess, kind := hostpath.ServedByProcess(host)
+func writersFromHost(host *hostpath.Root) (bool, string) {
+	byProcess, kind := host.ServedByProcess()
 	return !byProcess, kind
 }
 

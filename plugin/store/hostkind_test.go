@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bindstate/bindstate/plugin/consistency"
+	"github.com/bindstate/bindstate/plugin/hostpath"
 	"github.com/bindstate/bindstate/plugin/internal/testenv"
 	"github.com/bindstate/bindstate/plugin/writeback"
 )
@@ -22,12 +23,12 @@ import (
 // does not (TestC3_ShareErrorAtCloseFailsTheContainersClose mounts one and
 // fails if its writers are served from the host).
 func TestC3_WritersFromHostOnKernelFileSystems(t *testing.T) {
-	d, err := os.Open(t.TempDir())
+	d, err := hostpath.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if ok, why := writersFromHost(int(d.Fd())); !ok {
+	if ok, why := writersFromHost(d); !ok {
 		t.Fatalf("a local folder: not served from the host (%s)", why)
 	}
 }

@@ -244,7 +244,7 @@ func Open(cfg Config) (*Store, error) {
 		s.writers = "none: the volume is read-only"
 	case cfg.State == consistency.Cached:
 		var why string
-		s.writersFromHost, why = writersFromHost(cfg.Host.Fd())
+		s.writersFromHost, why = writersFromHost(cfg.Host)
 		cfg.Log.Info("cached writers", "served_from_host", s.writersFromHost, "because_the_source_is", why)
 		if s.writersFromHost {
 			s.writers = "the host file, by the kernel: the source is " + why
