@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,6 +92,144 @@ func TestC3_D6_AShareStaleNameOfALinkedFileIsNotTakenForAHostEdit(t *testing.T) 
 			}
 		})
 	}
+}
+
+// rules C3, D6 and D7: the test above, with writes elsewhere on the share
+// meanwhile, as a writeback of other files makes them. sshfs keeps a path's
+// attributes for 20 s, and its open of a file (the plugin's look past the
+// caches, LstatFresh) refreshes them only if no write was made anywhere on
+// the mount while the open ran. So after the plugin wrote a linked file
+// through one name, another name's attributes stayed those of the plugin's
+// own earlier version, even past the caches, about one look in two. The
+// refresh took that for a host edit and gave the container's file its older
+// size and mode back, and a delegated writeback through that name kept the
+// share's file aside as a host edit: a conflict copy of the container's own
+// file. The exerciser over sshfs skipped on it, as a known bug, in about
+// one run of 1000 operations in two.
+func TestC3_D6_D7_ALinkedFilesOtherNameIsStaleOnAShareWhileOtherFilesAreWritten(t *testing.T) {
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			r := newShareRig(t, st, "1h") // the test scans itself
+			writeFile(t, r.mntPath("a"), "v")
+			if err := os.Link(r.mntPath("a"), r.mntPath("b")); err != nil {
+				t.Fatal(err)
+			}
+			r.flush(t)
+			ref := ownRefresher(t, r, false)
+			noise := writesElsewhere(t, r.hostPath("noise"))
+			want := "v"
+			for round := 1; round <= 10; round++ {
+				// The share keeps b's attributes as they are now.
+				noise.pause()
+				if _, err := os.Lstat(r.hostPath("b")); err != nil {
+					t.Fatal(err)
+				}
+				// A new size and mode through a: on the share through a.
+				want += strings.Repeat("a", round)
+				writeFile(t, r.mntPath("a"), want)
+				mode := os.FileMode(0o600 | (round%2)*0o40)
+				if err := os.Chmod(r.mntPath("a"), mode); err != nil {
+					t.Fatal(err)
+				}
+				r.flush(t)
+
+				noise.resume()
+				if _, err := ref.Scan(context.Background()); err != nil {
+					t.Fatalf("round %d: scan: %v", round, err)
+				}
+				for _, name := range []string{"a", "b"} {
+					fi, err := os.Stat(r.mntPath(name))
+					if err != nil || fi.Mode().Perm() != mode || fi.Size() != int64(len(want)) {
+						t.Fatalf("round %d: mount's %s after a scan: %v, size %d (%v), want mode %v, size %d", round, name, fi.Mode(), fi.Size(), err, mode, len(want))
+					}
+				}
+				// Through b: its writeback checks b's base on the share.
+				want += "b"
+				f, err := os.OpenFile(r.mntPath("b"), os.O_WRONLY|os.O_APPEND, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.WriteString("b"); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.Close(); err != nil {
+					t.Fatal(err)
+				}
+				r.flush(t)
+				noise.pause()
+
+				ents, err := os.ReadDir(r.hostNow(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range ents {
+					if strings.Contains(e.Name(), ".bindstate-conflict-") {
+						t.Fatalf("round %d: the server holds %s: the container's own file kept aside as a host edit", round, e.Name())
+					}
+				}
+				for _, name := range []string{"a", "b"} {
+					if got, err := os.ReadFile(filepath.Join(r.hostNow(t), name)); err != nil || string(got) != want {
+						t.Fatalf("round %d: server's %s reads %q (%v), want %q", round, name, got, err, want)
+					}
+				}
+			}
+			t.Logf("%d writes elsewhere on the share", noise.stop())
+		})
+	}
+}
+
+// elsewhere writes one byte at a time to a file on a share, each a write
+// the share's client counts, until stopped; pause and resume hold it.
+type elsewhere struct {
+	paused, done atomic.Bool
+	writes       atomic.Int64
+	wg           sync.WaitGroup
+}
+
+func writesElsewhere(t *testing.T, p string) *elsewhere {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &elsewhere{}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer f.Close()
+		for !w.done.Load() {
+			if w.paused.Load() {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			if _, err := f.WriteAt([]byte{'x'}, w.writes.Load()%4096); err != nil {
+				t.Errorf("write elsewhere on the share: %v", err)
+				return
+			}
+			w.writes.Add(1)
+		}
+	}()
+	t.Cleanup(func() { w.stop() })
+	return w
+}
+
+// pause returns once no write is under way.
+func (w *elsewhere) pause() {
+	w.paused.Store(true)
+	n := w.writes.Load()
+	time.Sleep(5 * time.Millisecond)
+	for w.writes.Load() != n {
+		n = w.writes.Load()
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (w *elsewhere) resume() { w.paused.Store(false) }
+
+func (w *elsewhere) stop() int64 {
+	w.done.Store(true)
+	w.wg.Wait()
+	return w.writes.Load()
 }
 
 // A symlink's owner and times are set on the share without following it:

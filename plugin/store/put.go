@@ -245,7 +245,9 @@ func (s *Store) hostAtBase(rel string, b Base, hst *unix.Stat_t) bool {
 // share may answer a lookup from attributes it kept from before the
 // plugin's own last change there (sshfs keeps them per path for 20 s, so
 // a write or chmod through one name of a linked file leaves its other
-// names stale); only a mismatch pays those round trips.
+// names stale); only a mismatch pays those round trips. What a stale name
+// of a linked file shows even past them may be an earlier version of the
+// file the store recorded, as it did b (ownVersions): no host edit either.
 func (s *Store) matchesPastCaches(rel string, b Base, hst *unix.Stat_t) (bool, error) {
 	if b.Matches(hst) {
 		return true, nil
@@ -258,6 +260,10 @@ func (s *Store) matchesPastCaches(rel string, b Base, hst *unix.Stat_t) (bool, e
 	if at {
 		s.log.Debug("a share's cached attributes did not match the host's; the host is as the store last saw it",
 			"path", rel, "cached", baseOf(hst).String(), "host_now", baseOf(&fresh).String())
+	} else if s.ownVersions.has(b, baseOf(&fresh)) {
+		at = true
+		s.log.Debug("a share shows a linked file's name as the store's own earlier version; the host is as the store last saw it",
+			"path", rel, "shown", baseOf(&fresh).String(), "base", b.String())
 	}
 	*hst = fresh
 	return at, nil

@@ -131,6 +131,10 @@ type Store struct {
 	busy    map[string]int // paths open for writing through to the host (cached)
 	busyIno map[uint64]int // their store files, by inode (for their other names)
 
+	// ownVersions: the host versions of linked files the store recorded
+	// lately, which a share may still show under another name.
+	ownVersions ownVersions
+
 	conflicts atomic.Int64 // host copies kept aside (D7)
 	// modeRefusalSeen: the host has refused a mode at writeback that was
 	// no change of the container's (hostChmodFailed); said once, at Warn.
@@ -598,7 +602,17 @@ func (s *Store) setBase(rel string, st *unix.Stat_t) error {
 		// refresh mirrors them without a base.
 		return nil
 	}
-	return s.local.Setxattr(rel, xattrBase, baseOf(st).encode(), 0)
+	if err := s.local.Setxattr(rel, xattrBase, baseOf(st).encode(), 0); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFREG {
+		if byProcess, _ := s.host.ServedByProcess(); byProcess {
+			if lst, err := s.local.Lstat(rel); err == nil && isLinked(&lst) {
+				s.ownVersions.add(lst.Ino, baseOf(st))
+			}
+		}
+	}
+	return nil
 }
 
 func (s *Store) hasXattr(rel, name string) bool {
