@@ -5,8 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/bindstate/bindstate/plugin/consistency"
 	"github.com/bindstate/bindstate/plugin/writeback"
@@ -210,4 +213,75 @@ func TestD7_AParentsRemovalWrittenBackFirstKeepsWhatTheHostAddedBeneath(t *testi
 			t.Errorf("%d conflict copies of a directory holding only what the container removed", r.s.conflicts.Load())
 		}
 	})
+}
+
+// rule D7: the writeback of a removed directory found the container had
+// made it again meanwhile, with a file of its own: its host copy, which
+// held only what the container had removed, was kept aside as a host edit
+// (a spurious conflict copy). TestHostile_SymlinkSwapRacesWriteback met it
+// about one run in 20.
+func TestD7_ADirectoryMadeAgainWhileItsRemovalIsWrittenBackIsNoConflict(t *testing.T) {
+	r := newStoreRig(t, consistency.Delegated, writeback.Options{Delay: time.Hour}, func(h string) {
+		if err := os.MkdirAll(filepath.Join(h, "d"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(h, "d", "f"), []byte("old"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	ctx := context.Background()
+	for _, dir := range []string{"", "d"} {
+		if err := r.s.EnsurePopulated(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.s.Unlink(ctx, "d/f"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.s.Rmdir(ctx, "d"); err != nil {
+		t.Fatal(err)
+	}
+	me := Owner{Uid: os.Getuid(), Gid: os.Getgid()}
+	var once sync.Once
+	testHookAbsent = func(rel string) {
+		if rel != "d" {
+			return
+		}
+		once.Do(func() {
+			if err := r.s.Mkdir(ctx, "d", 0o755, me); err != nil {
+				t.Error(err)
+				return
+			}
+			f, err := r.s.Create(ctx, "d/f", unix.O_WRONLY, 0o644, me, func() (string, bool) { return "d/f", true })
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := f.WriteAt(ctx, []byte("new"), 0); err != nil {
+				t.Error(err)
+			}
+			if err := f.Release(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(func() { testHookAbsent = nil })
+	if err := (putter{r.s}).Put(ctx, "d"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(r.host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".bindstate-conflict-") {
+			t.Errorf("the host holds %s: the container's own removed directory kept aside as a host edit", e.Name())
+		}
+	}
+	if got := readHostFile(t, filepath.Join(r.host, "d", "f")); got != "new" {
+		t.Errorf("host d/f = %q, want the container's %q", got, "new")
+	}
 }

@@ -342,8 +342,17 @@ func (s *Store) putAbsent(rel string) error {
 		return fmt.Errorf("writeback %q: %w", rel, err)
 	}
 	b, known := s.hostBase(rel)
+	if testHookAbsent != nil {
+		testHookAbsent(rel)
+	}
 	switch {
 	case known && !s.hostAtBase(rel, b, &hst):
+		if _, err := s.local.Lstat(rel); !gone(err) {
+			// The container made rel again meanwhile (a directory with
+			// entries of its own, which hostAtBase took for the host's):
+			// the Put that change queued merges with what the host has.
+			return nil
+		}
 		// The host changed what the container deleted (rule D7), or added
 		// to the directory it deleted: keep it.
 		aside := conflictName(rel)
@@ -366,6 +375,10 @@ func (s *Store) putAbsent(rel string) error {
 	s.dropTomb(rel)
 	return nil
 }
+
+// testHookAbsent, if set (by tests), runs in putAbsent after it found rel
+// on the host.
+var testHookAbsent func(rel string)
 
 // putDir creates the directory on the host if missing; a directory the host
 // never had is written back with everything in it. It returns what the host
