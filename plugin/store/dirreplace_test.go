@@ -285,3 +285,71 @@ func TestD7_ADirectoryMadeAgainWhileItsRemovalIsWrittenBackIsNoConflict(t *testi
 		t.Errorf("host d/f = %q, want the container's %q", got, "new")
 	}
 }
+
+// rule D7: a Put that finds its parent missing on the host writes the
+// parent first, and never removes it: if the container removed the
+// parent meanwhile, that removal is the parent's own Put's, under the tree
+// lock that waits for every Put beneath it. Taken by the Put beneath, which
+// holds the parent shared only, it met another Put's temporary file in the
+// host's directory and kept the directory aside as a host edit
+// (TestHostile_SymlinkSwapRacesWriteback skipped on such a copy).
+func TestD7_AWritebackBeneathADirectoryNeverRemovesIt(t *testing.T) {
+	r := newStoreRig(t, consistency.Delegated, writeback.Options{Delay: time.Hour}, func(string) {})
+	ctx := context.Background()
+	if err := r.s.EnsurePopulated(""); err != nil {
+		t.Fatal(err)
+	}
+	me := Owner{Uid: os.Getuid(), Gid: os.Getgid()}
+	if err := r.s.Mkdir(ctx, "d", 0o755, me); err != nil {
+		t.Fatal(err)
+	}
+	f, err := r.s.Create(ctx, "d/f", unix.O_WRONLY, 0o644, me, func() (string, bool) { return "d/f", true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(ctx, []byte("f"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Release(); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(r.host, "d", tmpPrefix+"g-1")
+	var once sync.Once
+	testHookParent = func(parent string) {
+		if parent != "d" {
+			return
+		}
+		once.Do(func() {
+			// The container removes d; another Put beneath it has made d
+			// on the host meanwhile and is writing its file there.
+			if err := r.s.Unlink(ctx, "d/f"); err != nil {
+				t.Error(err)
+			}
+			if err := r.s.Rmdir(ctx, "d"); err != nil {
+				t.Error(err)
+			}
+			if err := os.Mkdir(filepath.Join(r.host, "d"), 0o755); err != nil {
+				t.Error(err)
+			}
+			if err := os.WriteFile(other, []byte("being written"), 0o644); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(func() { testHookParent = nil })
+	if err := (putter{r.s}).Put(ctx, "d/f"); err != nil {
+		t.Fatal(err)
+	}
+	if got := readHostFile(t, other); got != "being written" {
+		t.Errorf("the other Put's file in host d reads %q after a Put beneath d", got)
+	}
+	ents, err := os.ReadDir(r.host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".bindstate-conflict-") {
+			t.Errorf("the host holds %s: a Put beneath d kept it aside", e.Name())
+		}
+	}
+}

@@ -30,7 +30,7 @@ type putter struct{ s *Store }
 func (p putter) Put(ctx context.Context, rel string) error {
 	p.s.shareWork()
 	defer p.s.treeLocks.lock(rel)()
-	return p.s.put(ctx, rel)
+	return p.s.put(ctx, rel, true)
 }
 
 // put makes the host match the store at rel: its content and attributes, or
@@ -50,8 +50,11 @@ func (p putter) Put(ctx context.Context, rel string) error {
 // share's cached attributes of that directory stale, so looking at the
 // parent first cost a round trip per file (sshfs: an LSTAT of the 11 or so
 // requests a new file takes).
-func (s *Store) put(ctx context.Context, rel string) error {
-	err := s.putEntry(ctx, rel)
+//
+// removes says whether a rel gone from the store is removed from the host
+// (putAbsent): only where the caller holds rel's tree lock exclusive.
+func (s *Store) put(ctx context.Context, rel string, removes bool) error {
+	err := s.putEntry(ctx, rel, removes)
 	if err == nil || rel == "" || !parentMissing(err) {
 		return err
 	}
@@ -60,7 +63,7 @@ func (s *Store) put(ctx context.Context, rel string) error {
 	if perr := s.ensureHostParent(ctx, rel); perr != nil {
 		return perr
 	}
-	return s.putEntry(ctx, rel)
+	return s.putEntry(ctx, rel, removes)
 }
 
 // parentMissing reports a Put error that a missing host parent directory
@@ -73,13 +76,16 @@ func parentMissing(err error) bool {
 }
 
 // putEntry is put for a rel whose host parent is taken to exist.
-func (s *Store) putEntry(ctx context.Context, rel string) error {
+func (s *Store) putEntry(ctx context.Context, rel string, removes bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	held := s.held.take(rel) // what the last Put of rel kept open (heldFiles)
 	defer held.close()       // unless putRanges uses it
 	st, err := s.local.Lstat(rel)
+	if gone(err) && !removes {
+		return nil
+	}
 	if gone(err) {
 		return s.putAbsent(rel)
 	}
@@ -309,8 +315,21 @@ func (s *Store) ensureHostParent(ctx context.Context, rel string) error {
 			return nil
 		}
 	}
-	return s.put(ctx, parent)
+	if testHookParent != nil {
+		testHookParent(parent)
+	}
+	// Only to make the parent. The Put beneath holds it shared, and so
+	// may others, one of them writing a file into it right now: if the
+	// container removed the parent meanwhile, its removal is its own
+	// Put's, under the tree lock that waits for those (putter.Put). Taken
+	// here, it kept the host's directory aside, another Put's temporary
+	// file in it, as a host edit (rule D7: a spurious conflict copy).
+	return s.put(ctx, parent, false)
 }
+
+// testHookParent, if set (by tests), runs in ensureHostParent once it found
+// the host's parent directory missing.
+var testHookParent func(parent string)
 
 // tmpPrefix starts the names of the writeback's temporary files on the host
 // (written beside their target, then renamed over it).
@@ -417,7 +436,7 @@ func (s *Store) putDir(ctx context.Context, rel string, st *unix.Stat_t, exists 
 			// (and take our own write for a host change, rule D7).
 			continue
 		}
-		if err := s.put(ctx, child); err != nil {
+		if err := s.put(ctx, child, true); err != nil { // beneath rel, held exclusive
 			return nil, err
 		}
 	}
