@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/bindstate/bindstate/plugin/consistency"
 	"github.com/bindstate/bindstate/plugin/writeback"
 )
@@ -241,28 +239,16 @@ func TestD7_ADirectoryMadeAgainWhileItsRemovalIsWrittenBackIsNoConflict(t *testi
 	if err := r.s.Rmdir(ctx, "d"); err != nil {
 		t.Fatal(err)
 	}
-	me := Owner{Uid: os.Getuid(), Gid: os.Getgid()}
 	var once sync.Once
-	testHookAbsent = func(rel string) {
+	testHookAbsent = func(rel string) { // on the test's goroutine: the Put is called below
 		if rel != "d" {
 			return
 		}
 		once.Do(func() {
-			if err := r.s.Mkdir(ctx, "d", 0o755, me); err != nil {
-				t.Error(err)
-				return
+			if err := r.s.Mkdir(ctx, "d", 0o755, Owner{Uid: os.Getuid(), Gid: os.Getgid()}); err != nil {
+				t.Fatal(err)
 			}
-			f, err := r.s.Create(ctx, "d/f", unix.O_WRONLY, 0o644, me, func() (string, bool) { return "d/f", true })
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			if _, err := f.WriteAt(ctx, []byte("new"), 0); err != nil {
-				t.Error(err)
-			}
-			if err := f.Release(); err != nil {
-				t.Error(err)
-			}
+			writeAsContainer(t, r.s, "d/f", "new")
 		})
 	}
 	t.Cleanup(func() { testHookAbsent = nil })
@@ -272,14 +258,8 @@ func TestD7_ADirectoryMadeAgainWhileItsRemovalIsWrittenBackIsNoConflict(t *testi
 	if err := r.s.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ents, err := os.ReadDir(r.host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		if strings.Contains(e.Name(), ".bindstate-conflict-") {
-			t.Errorf("the host holds %s: the container's own removed directory kept aside as a host edit", e.Name())
-		}
+	if kept := conflictCopies(t, r.host, "d"); len(kept) > 0 {
+		t.Errorf("the host holds %v: the container's own removed directory kept aside as a host edit", kept)
 	}
 	if got := readHostFile(t, filepath.Join(r.host, "d", "f")); got != "new" {
 		t.Errorf("host d/f = %q, want the container's %q", got, "new")
@@ -299,20 +279,10 @@ func TestD7_AWritebackBeneathADirectoryNeverRemovesIt(t *testing.T) {
 	if err := r.s.EnsurePopulated(""); err != nil {
 		t.Fatal(err)
 	}
-	me := Owner{Uid: os.Getuid(), Gid: os.Getgid()}
-	if err := r.s.Mkdir(ctx, "d", 0o755, me); err != nil {
+	if err := r.s.Mkdir(ctx, "d", 0o755, Owner{Uid: os.Getuid(), Gid: os.Getgid()}); err != nil {
 		t.Fatal(err)
 	}
-	f, err := r.s.Create(ctx, "d/f", unix.O_WRONLY, 0o644, me, func() (string, bool) { return "d/f", true })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(ctx, []byte("f"), 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Release(); err != nil {
-		t.Fatal(err)
-	}
+	writeAsContainer(t, r.s, "d/f", "f")
 	other := filepath.Join(r.host, "d", tmpPrefix+"g-1")
 	var once sync.Once
 	testHookParent = func(parent string) {
@@ -343,13 +313,7 @@ func TestD7_AWritebackBeneathADirectoryNeverRemovesIt(t *testing.T) {
 	if got := readHostFile(t, other); got != "being written" {
 		t.Errorf("the other Put's file in host d reads %q after a Put beneath d", got)
 	}
-	ents, err := os.ReadDir(r.host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		if strings.Contains(e.Name(), ".bindstate-conflict-") {
-			t.Errorf("the host holds %s: a Put beneath d kept it aside", e.Name())
-		}
+	if kept := conflictCopies(t, r.host, "d"); len(kept) > 0 {
+		t.Errorf("the host holds %v: a Put beneath d kept it aside", kept)
 	}
 }
