@@ -150,11 +150,11 @@ func TestHostile_SymlinkSwapRacesWriteback(t *testing.T) {
 			t.Logf("%d swaps, %d flushes meanwhile", swaps.Load(), flushes.Load())
 			// The host holds what the mount shows and nothing else: a copy
 			// kept aside (rule D7) or a writeback's temporary file left
-			// there would be the plugin taking its own writeback for a host
-			// edit, or losing track of its own file. Both were seen here
-			// (about one run in 20-60) and were known bugs until b88601b
-			// and 17807d9; 100 race-built runs in a row were clean after,
-			// 40 of them two at a time.
+			// there is the plugin taking its own writeback for a host edit.
+			// The two races this test found so (about one run in 20-60)
+			// have tests of their own in the store package:
+			// TestD7_ADirectoryMadeAgainWhileItsRemovalIsWrittenBackIsNoConflict
+			// and TestD7_AWritebackBeneathADirectoryNeverRemovesIt.
 			if d := diffDesc(want, got, 10); len(d) > 0 {
 				t.Fatalf("host after the final flush differs from the mount:\n  %s", strings.Join(d, "\n  "))
 			}
