@@ -58,6 +58,12 @@ $(BIN)/bindstate: $(shell find plugin -name '*.go' -not -name '*_test.go') go.mo
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_PLUGIN) -ldflags '$(LDFLAGS)' -o $@ ./plugin
 
+# The share's delay line (contrib/share.sh, SHARE_RTT): a bench tool, not part
+# of the plugin.
+$(BIN)/delayline: $(filter-out %_test.go,$(wildcard contrib/delayline/*.go)) go.mod
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_PLUGIN) -o $@ ./contrib/delayline
+
 .PHONY: plugin-rootfs
 plugin-rootfs: $(PLUGIN_DIR)/.done ## managed-plugin bundle in _build/plugin (config.json + rootfs/), no registry needed
 
@@ -104,13 +110,13 @@ plugin-rm: ## disable and remove the managed plugin (PLUGIN=bindstate) from the 
 	else echo "no plugin $(PLUGIN) installed"; fi
 
 .PHONY: test-unit
-test-unit: ## unit tests of the plugin packages, with -race (root: FUSE tests mount for real)
-	$(GO) test $(GOFLAGS_PLUGIN) $(GOTEST_FLAGS) -race -count=1 ./plugin/...
+test-unit: ## unit tests of the plugin packages and the share's delay line, with -race (root: FUSE tests mount for real)
+	$(GO) test $(GOFLAGS_PLUGIN) $(GOTEST_FLAGS) -race -count=1 ./plugin/... ./contrib/delayline
 
 .PHONY: vet
 vet: ## go vet and gofmt
-	$(GO) vet $(GOFLAGS_PLUGIN) ./plugin/...
-	@out=$$(gofmt -l plugin integration 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
+	$(GO) vet $(GOFLAGS_PLUGIN) ./plugin/... ./contrib/delayline
+	@out=$$(gofmt -l plugin integration contrib 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 
 .PHONY: demo
 demo: ## the guided tour: plugin into a daemon (a private one if none answers), one volume per state

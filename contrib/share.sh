@@ -21,6 +21,11 @@
 #   SHARE_STATE       state dir (default: .share-<name> next to MOUNTPOINT)
 #   SHARE_SSHFS_OPTS  extra -o options for sshfs, comma separated (default none:
 #                     only sshfs's own defaults for caching)
+#   SHARE_RTT         milliseconds added to every round trip to the share (e.g. 0.5;
+#                     default 0, none): clients connect through a delay line
+#                     (contrib/delayline, built as bin/delayline by `make bin/delayline`;
+#                     DELAYLINE names another) that holds each direction back by half
+#                     of it, as a network or a VM's file share would
 #   SHARE_DEBUG=1     trace the script
 #
 # Needs root, Debian openssh-server and sshfs (contrib/install-deps.sh installs them).
@@ -29,6 +34,7 @@ set -euo pipefail
 
 SSHD=${SSHD:-/usr/sbin/sshd}
 SSHFS=${SSHFS:-sshfs}
+DELAYLINE=${DELAYLINE:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/bin/delayline}
 
 die() { echo "share.sh: $*" >&2; exit 1; }
 usage() { sed -n '/^# usage:/,/^# Needs root/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
@@ -112,7 +118,9 @@ descendants() { # descendants PID: all descendant pids, deepest first
 }
 
 write_config() { # write_config STATE PORT HOSTDIR
-	local s=$1 port=$2
+	local s=$1 port=$2 client_port
+	# Clients connect to the delay line when there is one (SHARE_RTT).
+	client_port=$(cat "$s/client_port" 2>/dev/null || echo "$port")
 	cat >"$s/sshd_config" <<EOF
 # private sshd of contrib/share.sh; never the system's
 Port $port
@@ -144,7 +152,7 @@ EOF
 	cat >"$s/ssh_config" <<EOF
 Host share
 	HostName 127.0.0.1
-	Port $port
+	Port $client_port
 	User root
 	IdentityFile $s/client_key
 	IdentitiesOnly yes
@@ -202,6 +210,42 @@ stop_sshd() { # stop_sshd STATE: kill our sshd and every session it forked
 	rm -f "$s/sshd.pid"
 }
 
+delayline_pid() { # delayline_pid STATE: pid of our delay line, if alive
+	local pid
+	[[ -s $1/delayline.pid ]] || return 1
+	pid=$(<"$1/delayline.pid")
+	[[ -r /proc/$pid/cmdline ]] || return 1
+	tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "-listen 127.0.0.1:$(cat "$1/client_port" 2>/dev/null) " || return 1
+	echo "$pid"
+}
+
+start_delayline() { # start_delayline STATE RTT_MS: clients reach the sshd through a delay line
+	local s=$1 rtt=$2 lport half i
+	[[ -x $DELAYLINE ]] || { echo "share.sh: SHARE_RTT needs the delay line: $DELAYLINE missing (make bin/delayline)" >&2; return 1; }
+	half=$(awk -v r="$rtt" 'BEGIN { printf "%dus", r * 500 }')
+	lport=$(pick_port)
+	echo "$lport" >"$s/client_port"
+	echo "$rtt" >"$s/rtt_ms"
+	setsid "$DELAYLINE" -delay "$half" -listen "127.0.0.1:$lport" 127.0.0.1 "$(<"$s/port")" \
+		</dev/null >>"$s/delayline.log" 2>&1 &
+	echo $! >"$s/delayline.pid"
+	for i in $(seq 100); do
+		port_in_use "$lport" && return 0
+		kill -0 "$(<"$s/delayline.pid")" 2>/dev/null || break
+		sleep 0.05
+	done
+	echo "share.sh: the delay line did not start on port $lport; $s/delayline.log ends: $(tail -n 5 "$s/delayline.log" 2>/dev/null)" >&2
+	stop_delayline "$s"
+	return 1
+}
+
+stop_delayline() { # stop_delayline STATE
+	local pid
+	pid=$(delayline_pid "$1") || return 0
+	kill -TERM "$pid" 2>/dev/null || true
+	rm -f "$1/delayline.pid"
+}
+
 cmd_up() {
 	[[ $# == 2 ]] || usage
 	need
@@ -220,8 +264,13 @@ cmd_up() {
 	ssh-keygen -q -t ed25519 -N '' -C bindstate-share-client -f "$s/client_key"
 	cp "$s/client_key.pub" "$s/authorized_keys"
 	start_sshd "$s"
-	local port
+	local port rtt=${SHARE_RTT:-0}
 	port=$(<"$s/port")
+	[[ $rtt =~ ^[0-9]+(\.[0-9]+)?$ ]] || { stop_sshd "$s"; die "SHARE_RTT=$rtt: want milliseconds, e.g. 0.5 (0: no delay)"; }
+	if [[ $(awk -v r="$rtt" 'BEGIN { print (r > 0) }') == 1 ]]; then
+		start_delayline "$s" "$rtt" || { stop_sshd "$s"; die "no share"; }
+		write_config "$s" "$port" "$hostdir" # the client's port is the delay line's
+	fi
 	# sshfs: allow_other (the plugin and containers are other processes),
 	# reconnect (survive stop-sshd/start-sshd); caching left at sshfs defaults.
 	local opts="allow_other,reconnect,ServerAliveInterval=5,ServerAliveCountMax=3"
@@ -229,10 +278,13 @@ cmd_up() {
 	if ! "$SSHFS" -F "$s/ssh_config" -o "$opts" "share:$hostdir" "$mp" 2>"$s/sshfs.err"; then
 		cat "$s/sshfs.err" >&2
 		stop_sshd "$s"
+		stop_delayline "$s"
 		die "sshfs failed; sshd log: $s/sshd.log"
 	fi
-	is_mounted "$mp" || { stop_sshd "$s"; die "sshfs returned but $mp is not mounted"; }
+	is_mounted "$mp" || { stop_sshd "$s"; stop_delayline "$s"; die "sshfs returned but $mp is not mounted"; }
 	echo "share: $hostdir -> $mp (sshd pid $(<"$s/sshd.pid") on 127.0.0.1:$port, state $s)"
+	[[ -s $s/rtt_ms ]] && echo "share: round trips $(<"$s/rtt_ms") ms longer (delay line pid $(<"$s/delayline.pid") on 127.0.0.1:$(<"$s/client_port"))"
+	return 0
 }
 
 state_of() { # state_of MOUNTPOINT: the state dir, which must exist
@@ -259,11 +311,15 @@ cmd_down() {
 			umount -l "$mp" || true
 		fi
 	fi
-	[[ -d $s ]] && stop_sshd "$s"
+	if [[ -d $s ]]; then
+		stop_sshd "$s"
+		stop_delayline "$s"
+	fi
 	if [[ -d $s ]]; then
 		# only remove what we made
 		rm -f "$s"/{host_key,host_key.pub,client_key,client_key.pub,authorized_keys,known_hosts} \
-			"$s"/{sshd_config,ssh_config,sshd.pid,sshd.log,sshfs.err,port,hostdir,mountpoint}
+			"$s"/{sshd_config,ssh_config,sshd.pid,sshd.log,sshfs.err,port,hostdir,mountpoint} \
+			"$s"/{client_port,rtt_ms,delayline.pid,delayline.log}
 		rmdir "$s" 2>/dev/null || true
 	fi
 	rmdir "$mp" 2>/dev/null || true
@@ -290,8 +346,11 @@ cmd_env() {
 	local s pid=""
 	s=$(state_of "$1")
 	pid=$(sshd_pid "$s" || true)
-	printf 'SHARE_STATE=%q\nSHARE_HOSTDIR=%q\nSHARE_MOUNTPOINT=%q\nSHARE_PORT=%q\nSHARE_SSHD_PID=%q\nSHARE_SSH_CONFIG=%q\n' \
-		"$s" "$(<"$s/hostdir")" "$(<"$s/mountpoint")" "$(cat "$s/port" 2>/dev/null)" "$pid" "$s/ssh_config"
+	# SHARE_PORT is where clients connect: the delay line's port when the
+	# share has one (SHARE_RTT_MS), else the sshd's (SHARE_SSHD_PORT).
+	printf 'SHARE_STATE=%q\nSHARE_HOSTDIR=%q\nSHARE_MOUNTPOINT=%q\nSHARE_PORT=%q\nSHARE_SSHD_PORT=%q\nSHARE_SSHD_PID=%q\nSHARE_SSH_CONFIG=%q\nSHARE_RTT_MS=%q\n' \
+		"$s" "$(<"$s/hostdir")" "$(<"$s/mountpoint")" "$(cat "$s/client_port" 2>/dev/null || cat "$s/port" 2>/dev/null)" \
+		"$(cat "$s/port" 2>/dev/null)" "$pid" "$s/ssh_config" "$(cat "$s/rtt_ms" 2>/dev/null || echo 0)"
 }
 
 cmd_status() {

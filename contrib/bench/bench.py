@@ -250,10 +250,13 @@ def idle(pid, seconds):
 # ------------------------------------------------------------------- share
 
 class Share:
-    """The slow share: contrib/share.sh up/down (private sshd + sshfs)."""
+    """The slow share: contrib/share.sh up/down (private sshd + sshfs). With
+    rtt_ms, every round trip to the sshd is that much longer (the share's
+    delay line, SHARE_RTT; delayline is its binary)."""
 
-    def __init__(self, hostdir, mp):
+    def __init__(self, hostdir, mp, rtt_ms=0.0, delayline=None):
         self.hostdir, self.mp = hostdir, mp
+        self.rtt_ms, self.delayline = rtt_ms, delayline
         self.script = os.path.join(REPO, "contrib", "share.sh")
         if not os.access(self.script, os.X_OK):
             raise BenchError("contrib/share.sh missing or not executable")
@@ -261,7 +264,12 @@ class Share:
     def up(self):
         if mounted(self.mp):
             self.down()
-        run([self.script, "up", self.hostdir, self.mp], timeout=60)
+        env = None
+        if self.rtt_ms:
+            env = dict(os.environ, SHARE_RTT="%g" % self.rtt_ms)
+            if self.delayline:
+                env["DELAYLINE"] = self.delayline
+        run([self.script, "up", self.hostdir, self.mp], env=env, timeout=60)
 
     def down(self):
         run([self.script, "down", self.mp], timeout=60, check=False)
@@ -287,7 +295,9 @@ class LocalShare:
     plugin treats them alike; none can be served on this machine), e.g.
     cached writers served from the host file. Peers need the sshd."""
 
-    def __init__(self, hostdir, mp):
+    def __init__(self, hostdir, mp, rtt_ms=0.0, delayline=None):
+        if rtt_ms:
+            raise BenchError("--share-rtt needs the sshfs share: a local folder has no round trips to lengthen")
         self.hostdir, self.mp = hostdir, mp
 
     def up(self):
@@ -307,6 +317,23 @@ class LocalShare:
 
 
 SHARES = {"sshfs": Share, "local": LocalShare}
+
+
+def share_op_ms(mp, n=100):
+    """What one request to the share costs, as a workload sees it: the
+    median and min of n lstats of names that do not exist (each a FUSE
+    round trip to sshfs and an SFTP one to the sshd; sshfs caches a missing
+    name, so each name is new), in ms."""
+    tag = "%d-%d" % (os.getpid(), time.monotonic_ns())
+    ts = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        try:
+            os.lstat(os.path.join(mp, ".bench-op-probe-%s-%d" % (tag, i)))
+        except FileNotFoundError:
+            pass
+        ts.append((time.perf_counter() - t0) * 1e3)
+    return {"median": round(statistics.median(ts), 3), "min": round(min(ts), 3)}
 SHARE_TEXT = {"sshfs": "sshfs over loopback sshd", "local": "none: a local ext4 folder, bind-mounted (--share local)"}
 
 
@@ -1121,8 +1148,12 @@ class Bench:
                 shutil.rmtree(d)
         os.makedirs(self.H)
         os.makedirs(os.path.join(self.work, "gocache"), exist_ok=True)
-        self.share = SHARES[a.share](self.H, self.S)
-        self.meta["share"] = SHARE_TEXT[a.share]
+        rtt = getattr(a, "share_rtt_ms", 0.0)
+        if rtt and not os.access(a.delayline, os.X_OK):
+            raise BenchError("--share-rtt needs the delay line %r (make bin/delayline)" % a.delayline)
+        self.share = SHARES[a.share](self.H, self.S, rtt, a.delayline)
+        self.meta["share"] = SHARE_TEXT[a.share] + (", each round trip %g ms longer (contrib/delayline)" % rtt if rtt else "")
+        self.meta["share_rtt_ms"] = rtt
 
         self.configs = [c for c in a.configs.split(",") if c]
         for c in self.configs:
@@ -1184,6 +1215,9 @@ class Bench:
                     w.prepare_config(c)
         log("prepared H in %.1f s" % (time.monotonic() - t0))
         self.share.up()
+        self.meta["share_op_ms"] = share_op_ms(self.S)
+        log("share: one request (lstat of a missing name) takes %.3f ms (median; min %.3f)"
+            % (self.meta["share_op_ms"]["median"], self.meta["share_op_ms"]["min"]))
         self.probe()
 
     def probe(self):
@@ -1572,8 +1606,19 @@ def main(argv=None):
     ap.add_argument("--fuse-debug", action="store_true", help="run the plugin with FUSE_DEBUG=true (slow)")
     ap.add_argument("--share", choices=sorted(SHARES), default="sshfs",
                     help="the source: sshfs (the slow share, default) or local (a kernel file system; no peers)")
+    ap.add_argument("--share-rtt", default="0", metavar="MS[,MS...]",
+                    help="milliseconds added to every round trip to the share (contrib/delayline); several values: "
+                         "one run per value and a combined report of how each state scales (default stem bench-rtt)")
+    ap.add_argument("--delayline", default=os.path.join(REPO, "bin", "delayline"),
+                    help="the delay line binary for --share-rtt (make bin/delayline)")
     ap.add_argument("--name", default=None, help="results file stem (default bench or bench-quick)")
     a = ap.parse_args(argv)
+    try:
+        rtts = [float(x) for x in a.share_rtt.split(",") if x.strip()]
+    except ValueError:
+        raise BenchError("--share-rtt %r: want milliseconds, comma separated, e.g. 0,0.5,2" % a.share_rtt)
+    if not rtts or any(r < 0 for r in rtts):
+        raise BenchError("--share-rtt %r: want milliseconds >= 0, comma separated, e.g. 0,0.5,2" % a.share_rtt)
     if a.configs is None:
         # quick: bindstate against native and the share only; the peers
         # (rclone waits out its writeback, unison its initial sync) are in
@@ -1581,9 +1626,44 @@ def main(argv=None):
         a.configs = ",".join(CORE_CONFIGS if a.quick else ALL_CONFIGS)
     if a.workloads is None:
         a.workloads = "W1,W2" if a.quick else "W1,W2,W4,W5,W3"
-    stem = a.name or ("bench-quick" if a.quick else "bench")
     MutagenPeer.binary = os.path.abspath(a.mutagen)
+    if len(rtts) > 1:
+        return sweep_rtt(a, rtts)
+    a.share_rtt_ms = rtts[0]
+    stem = a.name or ("bench-quick" if a.quick else "bench")
+    res = run_bench(a)
+    os.makedirs(a.out, exist_ok=True)
+    paths = report.write_all(res, a.out, stem)
+    print(report.markdown(res))
+    log("wrote %s" % ", ".join(paths))
+    return 0
 
+
+def sweep_rtt(a, rtts):
+    """One run per added round trip (BENCH.md: how each state scales with
+    the share's latency), then one report of them all."""
+    if a.extras_only:
+        raise BenchError("--extras-only measures no workload: give it one --share-rtt value")
+    if a.extras is None:
+        a.extras = False  # the extras do not depend on the latency: not repeated per value
+    runs = []
+    t0 = time.monotonic()
+    for rtt in rtts:
+        log("=== share round trips %g ms longer" % rtt)
+        a.share_rtt_ms = rtt
+        runs.append(run_bench(a))
+        if getattr(a, "interrupted", False):
+            break
+    res = {"sweep": "share_rtt_ms", "runs": runs, "wall_s": round(time.monotonic() - t0, 1)}
+    os.makedirs(a.out, exist_ok=True)
+    paths = report.write_sweep(res, a.out, a.name or "bench-rtt")
+    print(report.sweep_markdown(res))
+    log("wrote %s" % ", ".join(paths))
+    return 0
+
+
+def run_bench(a):
+    """One whole run (setup, workloads, extras, teardown): its result."""
     b = Bench(a)
     t0 = time.monotonic()
     try:
@@ -1598,15 +1678,12 @@ def main(argv=None):
             b.extras()
     except KeyboardInterrupt:
         log("interrupted: writing what was measured")
+        a.interrupted = True  # a sweep stops here too
     finally:
         b.teardown()
     res = b.result()
     res["meta"]["wall_s"] = round(time.monotonic() - t0, 1)
-    os.makedirs(a.out, exist_ok=True)
-    paths = report.write_all(res, a.out, stem)
-    print(report.markdown(res))
-    log("wrote %s" % ", ".join(paths))
-    return 0
+    return res
 
 
 if __name__ == "__main__":

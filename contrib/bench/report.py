@@ -126,6 +126,9 @@ def markdown(res):
              "Host: %s cores, kernel %s, proactive page-cache reclaim: %s. Wall time %s s."
              % (m.get("reps"), m.get("share", "sshfs over loopback sshd"), m.get("w2"), (m.get("w1_tree") or {}).get("files", "?"), m.get("consistent_via", "-"),
                 m.get("cpus"), m.get("kernel"), m.get("reclaim", "not recorded"), m.get("wall_s")))
+    if m.get("share_op_ms"):
+        L[-1] += (" One request to the share (an `lstat` of a missing name through it) took %.3f ms (median; min %.3f)."
+                  % (m["share_op_ms"]["median"], m["share_op_ms"]["min"]))
     L.append("")
     L.append("| workload | " + " | ".join(cfgs) + " |")
     L.append("| --- | " + " | ".join("---" for _ in cfgs) + " |")
@@ -294,6 +297,124 @@ def chart(res, path):
     return path
 
 
+# ---- a sweep over the share's latency (bench.py --share-rtt 0,0.5,2)
+
+def _sweep_points(res):
+    """(rtt, op_ms, summary) per run, and the rows and configurations any
+    run measured, in order."""
+    pts, rows, cfgs = [], [], []
+    for r in res["runs"]:
+        m = r["meta"]
+        summ = summary(r)
+        pts.append((m.get("share_rtt_ms", 0), (m.get("share_op_ms") or {}).get("median"), summ, r))
+        rows += [x for x in rows_of(r) if x not in rows]
+        cfgs += [c for c in r["configs"] if c not in cfgs]
+    return pts, rows, cfgs
+
+
+def sweep_markdown(res):
+    pts, rows, cfgs = _sweep_points(res)
+    m = res["runs"][0]["meta"] if res["runs"] else {}
+    L = ["## bindstate benchmark over a slower share: %s, commit %s" % (m.get("date"), m.get("commit")), ""]
+    L.append("The same workloads with every round trip to the share made longer by a delay line "
+             "(contrib/delayline between sshfs and the sshd: half the added time each way; requests in flight "
+             "overlap). Ratio to native (ext4) in the same run, median of %s runs (min-max); native in seconds. "
+             "Per column: the time added to each round trip, and what one request to the share then took "
+             "(an `lstat` of a missing name through sshfs, median). Host: %s cores, kernel %s. Wall time %s s."
+             % (m.get("reps"), m.get("cpus"), m.get("kernel"), res.get("wall_s")))
+    L.append("")
+    head = ["+%g ms (one request %s ms)" % (rtt, "%.2f" % op if op is not None else "?") for rtt, op, _, _ in pts]
+    L.append("| workload | configuration | " + " | ".join(head) + " |")
+    L.append("| --- | --- | " + " | ".join("---" for _ in pts) + " |")
+    for row in rows:
+        for c in cfgs:
+            cells = [cell(r, summ, row, c) if c in r["configs"] else "-" for _, _, summ, r in pts]
+            if all(x == "-" for x in cells):
+                continue
+            L.append("| %s | %s | " % (row, c) + " | ".join(cells) + " |")
+    L.append("")
+    for w, h in ROW_HELP.items():
+        if any(r == w or r.startswith(w + " ") for r in rows):
+            L.append("- %s: %s" % (w, h))
+    L.append("- cold: fresh share mount, fresh volume and store, caches dropped; hot: the same run repeated")
+    errs = ["%s (+%g ms): %s" % (c, rtt, "; ".join("%s: %s" % kv for kv in sorted(e.items())))
+            for rtt, _, _, r in pts for c, e in sorted(r.get("errors", {}).items())]
+    if errs:
+        L.append("")
+        L.append("Errors:")
+        L += ["- " + e for e in errs]
+    return "\n".join(L) + "\n"
+
+
+def sweep_chart(res, path):
+    """One panel per workload row: ratio to native against the time of one
+    request to the share, a line per configuration, log scales."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        print("report: no chart (%s): apt-get install python3-matplotlib, run with /usr/bin/python3" % e, file=sys.stderr)
+        return None
+    pts, rows, cfgs = _sweep_points(res)
+    rows = [r for r in rows if any(r in summ for _, _, summ, _ in pts)]
+    cfgs = [c for c in cfgs if c != "native"]
+    if not rows or not cfgs or len(pts) < 2:
+        return None
+    ncol = min(3, len(rows))
+    nrow = (len(rows) + ncol - 1) // ncol
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.2 * ncol, 3.3 * nrow), dpi=80, squeeze=False)
+    for i, row in enumerate(rows):
+        ax = axes[i // ncol][i % ncol]
+        for c in cfgs:
+            xs, ys = [], []
+            for _, op, summ, _ in pts:
+                d = summ.get(row, {}).get(c)
+                if op is not None and d and "ratio" in d:
+                    xs.append(op)
+                    ys.append(d["ratio"])
+            if xs:
+                ax.plot(xs, ys, marker="o", label=c, color=COLORS.get(c))
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.axhline(1, color="black", linewidth=0.6)
+        ax.set_title(row, fontsize=10)
+        ax.set_xlabel("one request to the share (ms, log)", fontsize=8)
+        ax.set_ylabel("time / native (log)", fontsize=8)
+        ax.grid(which="both", alpha=0.25)
+    for j in range(len(rows), nrow * ncol):
+        axes[j // ncol][j % ncol].axis("off")
+    axes[0][0].legend(fontsize=8)
+    m = res["runs"][0]["meta"]
+    fig.suptitle("bindstate %s: ratio to native as the share gets slower (median of %s)" % (m.get("commit"), m.get("reps")),
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def write_sweep(res, outdir, stem):
+    res = dict(res)
+    res["runs"] = [dict(r, summary=summary(r)) for r in res["runs"]]
+    paths = []
+    p = os.path.join(outdir, stem + ".json")
+    with open(p, "w") as f:
+        json.dump(res, f, indent=1, sort_keys=True)
+        f.write("\n")
+    paths.append(p)
+    md = sweep_markdown(res)
+    png = sweep_chart(res, os.path.join(outdir, stem + ".png"))
+    if png:
+        md += "\n![chart](%s)\n" % os.path.basename(png)
+        paths.append(png)
+    p = os.path.join(outdir, stem + ".md")
+    with open(p, "w") as f:
+        f.write(md)
+    paths.insert(1, p)
+    return paths
+
+
 def write_all(res, outdir, stem):
     res = dict(res)
     res["summary"] = summary(res)
@@ -325,5 +446,9 @@ if __name__ == "__main__":
         r = json.load(f)
     out = sys.argv[2] if len(sys.argv) == 3 else os.path.dirname(os.path.abspath(sys.argv[1]))
     stem = os.path.splitext(os.path.basename(sys.argv[1]))[0]
-    write_all(r, out, stem)
-    print(markdown(r))
+    if "sweep" in r:
+        write_sweep(r, out, stem)
+        print(sweep_markdown(r))
+    else:
+        write_all(r, out, stem)
+        print(markdown(r))

@@ -118,6 +118,59 @@ class ReportTest(unittest.TestCase):
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
 
+def fake_sweep():
+    """Two runs of the same rows, the share's round trips +0 and +2 ms."""
+    slow = fake_result()
+    slow["meta"] = dict(slow["meta"], share_rtt_ms=2.0, share_op_ms={"median": 2.4, "min": 2.3})
+    slow["results"] = {"W1 cold": {"native": {"samples": [1.0, 2.0, 3.0]}, "consistent": {"samples": [200.0, 100.0, 300.0]},
+                                   "cached": {"samples": [5.0, 6.0, 7.0]}}}
+    slow["errors"] = {}
+    fast = fake_result()
+    fast["meta"] = dict(fast["meta"], share_rtt_ms=0.0, share_op_ms={"median": 0.25, "min": 0.2})
+    return {"sweep": "share_rtt_ms", "runs": [fast, slow], "wall_s": 9}
+
+
+class SweepTest(unittest.TestCase):
+    def test_the_table_gives_each_row_per_latency(self):
+        md = report.sweep_markdown(fake_sweep())
+        self.assertIn("| workload | configuration | +0 ms (one request 0.25 ms) | +2 ms (one request 2.40 ms) |", md)
+        self.assertIn("| W1 cold | consistent | **20.0x** (10.0-30.0) | **100x** (50.0-150) |", md)
+        self.assertIn("| W1 cold | cached | **2.00x** (1.00-3.00) | **3.00x** (2.50-3.50) |", md)
+        # A row the slow run did not measure, and an error of the fast one.
+        self.assertIn("| W1 hot | delegated | **1.30x** (1.20-1.40) | - |", md)
+        self.assertIn("delegated (+0 ms): W1 cold: boom", md)
+
+    def test_write_sweep(self):
+        with tempfile.TemporaryDirectory() as d:
+            paths = report.write_sweep(fake_sweep(), d, "s")
+            with open(os.path.join(d, "s.json")) as f:
+                self.assertEqual([r["summary"]["W1 cold"]["consistent"]["ratio"] for r in json.load(f)["runs"]], [20.0, 100.0])
+            self.assertIn(os.path.join(d, "s.md"), paths)
+            try:
+                import matplotlib  # noqa: F401
+            except ImportError:
+                return
+            with open(os.path.join(d, "s.png"), "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
+    def test_share_op_ms_times_requests_to_names_that_do_not_exist(self):
+        with tempfile.TemporaryDirectory() as d:
+            op = bench.share_op_ms(d, n=20)
+            self.assertGreater(op["median"], 0)
+            self.assertLessEqual(op["min"], op["median"])
+            self.assertEqual(os.listdir(d), [])  # it made nothing
+
+    def test_a_local_share_has_no_round_trips_to_lengthen(self):
+        with self.assertRaises(bench.BenchError):
+            bench.LocalShare("/nonexistent/H", "/nonexistent/S", rtt_ms=0.5)
+
+    def test_bad_share_rtt_is_refused_with_what_is_valid(self):
+        for bad in ("fast", "-1", ","):
+            with self.assertRaises(bench.BenchError) as e:
+                bench.main(["--share-rtt", bad])
+            self.assertIn("e.g. 0,0.5,2", str(e.exception))
+
+
 class ProcessTest(unittest.TestCase):
     def test_run_times_and_captures(self):
         dt, out = bench.run("sleep 0.2; echo hi", capture=True)
