@@ -3,7 +3,7 @@
 FUSE_DEBUG=true and counts the FUSE requests per opcode for each run (cold,
 hot), and optionally `strace -c -f` of the plugin and of the workload.
 
-  diag.py [--state cached] [--workload W1|W2|W3|W4|W5] [--quick] [--strace] [--strace-share] [--hot-runs N]
+  diag.py [--state cached] [--workload W1|W2|W3|W4|W5] [--quick] [--strace] [--strace-share] [--hot-runs N] [--share-rtt MS]
 
 Uses the tree bench.py prepared in WORK/H (run `make bench-quick` or
 `make bench` once first); mounts its own share of it at WORK/S-diag, so it
@@ -107,6 +107,9 @@ def main():
                     help="hot runs after the cold one (hot, hot2, ...): what the first repeat pays once")
     ap.add_argument("--work", default=os.path.join(bench.REPO, "_build", "bench"))
     ap.add_argument("--plugin", default=os.path.join(bench.REPO, "bin", "bindstate"))
+    ap.add_argument("--share-rtt", type=float, default=0.0, metavar="MS",
+                    help="milliseconds added to each round trip to the share (contrib/delayline, as bench.py)")
+    ap.add_argument("--delayline", default=os.path.join(bench.REPO, "bin", "delayline"))
     a = ap.parse_args()
 
     args = bench.argparse.Namespace(quick=a.quick, work=a.work, reps=1, timeout=1800, w2_count=0, fuse_debug=False,
@@ -139,7 +142,7 @@ def main():
     # Its own share (own sshd and sshfs mountpoint): never the one a running
     # bench.py uses.
     b.S = os.path.join(b.work, "S-diag")
-    share = bench.Share(b.H, b.S)
+    share = bench.Share(b.H, b.S, a.share_rtt, a.delayline)
     plugin_bin = os.path.join(b.work, "bindstate-diag")
     bench.shutil.copy2(a.plugin, plugin_bin)
     out = {"state": a.state, "workload": a.workload, "runs": {}}
