@@ -388,28 +388,37 @@ func (s *Store) copyAttrs(rel string, st *unix.Stat_t) error {
 
 // EnsureContent fetches the content of a stub from the host, once.
 func (s *Store) EnsureContent(rel string) error {
-	_, err := s.ensureContent(rel)
+	_, err := s.ensureContent(rel, nil)
 	return err
 }
 
 // fetchForOpen is EnsureContent for a container's open: it counts an open
-// of content already here as a cache hit, and a file fetched for it starts
+// of content already here as a cache hit, and a file it has to fetch starts
 // the read-ahead of its directory's other small files.
+//
+// The read-ahead starts before this fetch, not after it: a container that
+// reads a directory's files one after the other (go list, a compiler) asks
+// for the second while the first is still on its way, and over a share of
+// 2.45 ms a request a cold `go list` spent 7.5 of its 10.5 s in OPENs that
+// waited for a fetch, 1,506 of them for 914 directories listed (the first
+// file of each, and then a sibling whose read-ahead had not started yet).
 func (s *Store) fetchForOpen(rel string) error {
-	fetched, err := s.ensureContent(rel)
-	if fetched {
-		s.prefetch.fetched(dirOf(rel))
-	} else if err == nil {
+	fetched, err := s.ensureContent(rel, func() { s.prefetch.fetched(dirOf(rel)) })
+	if !fetched && err == nil {
 		s.countHit()
 	}
 	return err
 }
 
 // ensureContent fetches rel's content if it is a stub, and says whether it
-// did.
-func (s *Store) ensureContent(rel string) (bool, error) {
+// did. beforeFetch, if not nil, is called once rel is known to be a stub,
+// before its fetch starts.
+func (s *Store) ensureContent(rel string, beforeFetch func()) (bool, error) {
 	if !s.IsStub(rel) {
 		return false, nil
+	}
+	if beforeFetch != nil {
+		beforeFetch()
 	}
 	s.shareWork()
 	dst, err := s.local.OpenFile(rel, unix.O_WRONLY, 0)

@@ -122,7 +122,7 @@ func (p *prefetcher) do(j prefetchJob) {
 	case prefetchPopulate:
 		err = s.EnsurePopulated(j.rel)
 	case prefetchFetch:
-		_, err = s.ensureContent(j.rel)
+		_, err = s.ensureContent(j.rel, nil)
 	case prefetchSiblings:
 		entries, lerr := s.local.ReadDir(j.rel)
 		if lerr != nil {

@@ -104,3 +104,49 @@ func TestC3_AFetchThroughAnotherNameOfALinkedFileWaitsForTheFirst(t *testing.T) 
 		t.Errorf("fetched %d times, want once", n)
 	}
 }
+
+// A container's open that has to fetch its file starts the read-ahead of
+// the directory's other small files beside that fetch, not after it: a
+// container reading a directory's files one after the other asks for the
+// next while the first is still on its way from a slow share.
+func TestAFetchForAnOpenStartsItsDirectorysReadAheadBesideIt(t *testing.T) {
+	s := openTestStore(t, consistency.Cached, func(h string) {
+		os.Mkdir(filepath.Join(h, "d"), 0o755)
+		for _, name := range []string{"a", "b", "c"} {
+			os.WriteFile(filepath.Join(h, "d", name), []byte("content of "+name), 0o644)
+		}
+	})
+	for _, dir := range []string{"", "d"} {
+		if err := s.EnsurePopulated(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copied, finish := make(chan struct{}), make(chan struct{})
+	testHookFetchCopied = func(rel string) {
+		if rel == "d/a" {
+			close(copied)
+			<-finish // a's fetch is held here until b and c are fetched, or the test gives up
+		}
+	}
+	t.Cleanup(func() { testHookFetchCopied = nil })
+	opened := make(chan error, 1)
+	go func() { opened <- s.fetchForOpen("d/a") }()
+	<-copied
+	deadline := time.Now().Add(5 * time.Second)
+	for s.IsStub("d/b") || s.IsStub("d/c") {
+		if time.Now().After(deadline) {
+			close(finish)
+			<-opened
+			t.Fatalf("b and c were not fetched while a's fetch was under way (stubs: b %v, c %v): the read-ahead waited for it",
+				s.IsStub("d/b"), s.IsStub("d/c"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(finish)
+	if err := <-opened; err != nil {
+		t.Fatalf("the open's fetch of a: %v", err)
+	}
+	if s.IsStub("d/a") {
+		t.Fatal("a is still a stub after its open")
+	}
+}
