@@ -397,43 +397,32 @@ def sweep_chart(res, path):
 def write_sweep(res, outdir, stem):
     res = dict(res)
     res["runs"] = [dict(r, summary=summary(r)) for r in res["runs"]]
-    paths = []
-    p = os.path.join(outdir, stem + ".json")
-    with open(p, "w") as f:
-        json.dump(res, f, indent=1, sort_keys=True)
-        f.write("\n")
-    paths.append(p)
-    md = sweep_markdown(res)
-    png = sweep_chart(res, os.path.join(outdir, stem + ".png"))
-    if png:
-        md += "\n![chart](%s)\n" % os.path.basename(png)
-        paths.append(png)
-    p = os.path.join(outdir, stem + ".md")
-    with open(p, "w") as f:
-        f.write(md)
-    paths.insert(1, p)
-    return paths
+    return _write(res, outdir, stem, sweep_markdown(res), sweep_chart)
 
 
 def write_all(res, outdir, stem):
     res = dict(res)
     res["summary"] = summary(res)
+    return _write(res, outdir, stem, markdown(res), chart)
+
+
+def _write(res, outdir, stem, md, draw):
+    """Writes STEM.json (res), STEM.md (md, with the chart below it) and
+    STEM.png (draw(res, path); none without matplotlib); returns the paths."""
     paths = []
     p = os.path.join(outdir, stem + ".json")
     with open(p, "w") as f:
         json.dump(res, f, indent=1, sort_keys=True)
         f.write("\n")
     paths.append(p)
-    md = markdown(res)
+    png = draw(res, os.path.join(outdir, stem + ".png"))
+    if png:
+        md += "\n![chart](%s)\n" % os.path.basename(png)
     p = os.path.join(outdir, stem + ".md")
     with open(p, "w") as f:
         f.write(md)
     paths.append(p)
-    png = chart(res, os.path.join(outdir, stem + ".png"))
     if png:
-        md_png = md + "\n![chart](%s)\n" % os.path.basename(png)
-        with open(os.path.join(outdir, stem + ".md"), "w") as f:
-            f.write(md_png)
         paths.append(png)
     return paths
 
