@@ -18,6 +18,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -122,11 +123,13 @@ func pump(src io.Reader, dst io.Writer, delay time.Duration, end func() error) e
 	// full link would.
 	q := make(chan chunk, 4096)
 	go func() {
+		// One buffer to read into, and a copy of what came: most reads are
+		// one SFTP request or reply of a few hundred bytes.
+		buf := make([]byte, 64<<10)
 		for {
-			buf := make([]byte, 64<<10)
 			n, err := src.Read(buf)
 			if n > 0 {
-				q <- chunk{data: buf[:n], due: time.Now().Add(delay)}
+				q <- chunk{data: bytes.Clone(buf[:n]), due: time.Now().Add(delay)}
 			}
 			if err != nil {
 				q <- chunk{due: time.Now().Add(delay), err: err}

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bindstate/bindstate/integration/harness"
 )
 
 // TestTheShareWithSHARE_RTTIsThatMuchSlowerPerRequest runs contrib/share.sh
@@ -34,33 +36,20 @@ func TestTheShareWithSHARE_RTTIsThatMuchSlowerPerRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	host, mnt := filepath.Join(dir, "H"), filepath.Join(dir, "S")
-	if err := os.Mkdir(host, 0o755); err != nil {
+	share, err := harness.StartShare(script, filepath.Join(dir, "H"), filepath.Join(dir, "S"), "SHARE_RTT=20", "DELAYLINE="+bin)
+	if err != nil {
 		t.Fatal(err)
 	}
-	share := func(args ...string) string {
-		t.Helper()
-		cmd := exec.Command(script, args...)
-		cmd.Env = append(os.Environ(), "SHARE_RTT=20", "DELAYLINE="+bin)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("share.sh %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
-	share("up", host, mnt)
 	downed := false
 	t.Cleanup(func() {
 		if !downed {
-			exec.Command(script, "down", mnt).Run()
+			share.Down()
 		}
 	})
 
-	env := map[string]string{}
-	for _, line := range strings.Split(share("env", mnt), "\n") {
-		if k, v, ok := strings.Cut(line, "="); ok {
-			env[k] = v
-		}
+	env, err := share.Vars()
+	if err != nil {
+		t.Fatal(err)
 	}
 	if env["SHARE_RTT_MS"] != "20" || env["SHARE_PORT"] == env["SHARE_SSHD_PORT"] {
 		t.Fatalf("share.sh env: SHARE_RTT_MS=%q, SHARE_PORT=%q, SHARE_SSHD_PORT=%q: want 20 and the delay line's own port",
@@ -77,15 +66,15 @@ func TestTheShareWithSHARE_RTTIsThatMuchSlowerPerRequest(t *testing.T) {
 
 	// A file written on the host is read through the share, and each request
 	// for a name sshfs has not seen waits for the added round trip.
-	if err := os.WriteFile(filepath.Join(host, "f"), []byte("hello"), 0o644); err != nil {
+	if err := os.WriteFile(share.Host("f"), []byte("hello"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := os.ReadFile(filepath.Join(mnt, "f")); err != nil || string(b) != "hello" {
+	if b, err := os.ReadFile(share.Source("f")); err != nil || string(b) != "hello" {
 		t.Fatalf("reading f through the share: %q, %v", b, err)
 	}
 	for i := range 5 {
 		start := time.Now()
-		_, err := os.Lstat(filepath.Join(mnt, "missing-"+string(rune('a'+i))))
+		_, err := os.Lstat(share.Source("missing-" + strconv.Itoa(i)))
 		if !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("lstat of a missing name through the share: %v", err)
 		}
@@ -94,7 +83,9 @@ func TestTheShareWithSHARE_RTTIsThatMuchSlowerPerRequest(t *testing.T) {
 		}
 	}
 
-	share("down", mnt)
+	if err := share.Down(); err != nil {
+		t.Fatal(err)
+	}
 	downed = true
 	deadline := time.Now().Add(5 * time.Second)
 	for syscall.Kill(pid, 0) == nil {

@@ -51,6 +51,22 @@ func (s *Share) StopSSHD() error { _, err := s.run("stop-sshd", s.Mount); return
 // StartSSHD starts the sshd again (same port and keys); sshfs reconnects.
 func (s *Share) StartSSHD() error { _, err := s.run("start-sshd", s.Mount); return err }
 
+// Vars is what share.sh env says of the share (SHARE_PORT, SHARE_STATE,
+// SHARE_RTT_MS, ...), by name.
+func (s *Share) Vars() (map[string]string, error) {
+	out, err := s.run("env", s.Mount)
+	if err != nil {
+		return nil, err
+	}
+	vars := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			vars[k] = v
+		}
+	}
+	return vars, nil
+}
+
 // Host is the path of rel in the backing directory (a host-side path).
 func (s *Share) Host(rel string) string { return filepath.Join(s.HostDir, rel) }
 
