@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 import unittest
+import unittest.mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
@@ -155,9 +156,20 @@ class SweepTest(unittest.TestCase):
 
     def test_share_op_ms_times_requests_to_names_that_do_not_exist(self):
         with tempfile.TemporaryDirectory() as d:
-            op = bench.share_op_ms(d, n=20)
+            looked = []
+            real = os.lstat
+
+            def lstat(path):
+                looked.append(path)
+                return real(path)
+            with unittest.mock.patch.object(bench.os, "lstat", lstat):
+                op = bench.share_op_ms(d, n=20)
             self.assertGreater(op["median"], 0)
             self.assertLessEqual(op["min"], op["median"])
+            # Each a new name in d (sshfs answers a name it has seen from
+            # its cache, without a request), none there.
+            self.assertEqual(len(set(looked)), 20)
+            self.assertTrue(all(os.path.dirname(p) == d for p in looked))
             self.assertEqual(os.listdir(d), [])  # it made nothing
 
     def test_a_local_share_has_no_round_trips_to_lengthen(self):
