@@ -248,6 +248,8 @@ stop_delayline() { # stop_delayline STATE
 
 cmd_up() {
 	[[ $# == 2 ]] || usage
+	local rtt=${SHARE_RTT:-0}
+	[[ $rtt =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "SHARE_RTT=$rtt: want milliseconds, e.g. 0.5 (0: no delay)"
 	need
 	local hostdir mp s
 	hostdir=$(abspath "$1") mp=$(abspath "$2")
@@ -264,9 +266,8 @@ cmd_up() {
 	ssh-keygen -q -t ed25519 -N '' -C bindstate-share-client -f "$s/client_key"
 	cp "$s/client_key.pub" "$s/authorized_keys"
 	start_sshd "$s"
-	local port rtt=${SHARE_RTT:-0}
+	local port
 	port=$(<"$s/port")
-	[[ $rtt =~ ^[0-9]+(\.[0-9]+)?$ ]] || { stop_sshd "$s"; die "SHARE_RTT=$rtt: want milliseconds, e.g. 0.5 (0: no delay)"; }
 	if [[ $(awk -v r="$rtt" 'BEGIN { print (r > 0) }') == 1 ]]; then
 		start_delayline "$s" "$rtt" || { stop_sshd "$s"; die "no share"; }
 		write_config "$s" "$port" "$hostdir" # the client's port is the delay line's
