@@ -122,17 +122,34 @@ func pump(src io.Reader, dst io.Writer, delay time.Duration, end func() error) e
 	// Enough chunks for a pipelined burst; a full queue stops reading, as a
 	// full link would.
 	q := make(chan chunk, 4096)
+	// Closed when the writer below stops (at the end, or on a failed
+	// write): the reader then stops too, rather than wait forever on a
+	// queue no one drains once src is closed.
+	stopped := make(chan struct{})
+	defer close(stopped)
 	go func() {
 		// One buffer to read into, and a copy of what came: most reads are
 		// one SFTP request or reply of a few hundred bytes.
 		buf := make([]byte, 64<<10)
 		for {
 			n, err := src.Read(buf)
+			select {
+			case <-stopped:
+				return
+			default:
+			}
 			if n > 0 {
-				q <- chunk{data: bytes.Clone(buf[:n]), due: time.Now().Add(delay)}
+				select {
+				case q <- chunk{data: bytes.Clone(buf[:n]), due: time.Now().Add(delay)}:
+				case <-stopped:
+					return
+				}
 			}
 			if err != nil {
-				q <- chunk{due: time.Now().Add(delay), err: err}
+				select {
+				case q <- chunk{due: time.Now().Add(delay), err: err}:
+				case <-stopped:
+				}
 				return
 			}
 		}

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -194,5 +196,40 @@ func TestAListenerForwardsEachConnectionWithTheDelay(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// laterReadsWait gives a byte at its first Read and at each later one once
+// release is closed, counting the Reads.
+type laterReadsWait struct {
+	release chan struct{}
+	reads   atomic.Int64
+}
+
+func (r *laterReadsWait) Read(p []byte) (int, error) {
+	if r.reads.Add(1) > 1 {
+		<-r.release
+	}
+	p[0] = 'x'
+	return 1, nil
+}
+
+type brokenWriter struct{}
+
+func (brokenWriter) Write([]byte) (int, error) { return 0, errors.New("connection reset by peer") }
+
+// A direction whose write fails ends, and its reader with it: a reader left
+// reading fills the queue no one drains and waits on it forever, one
+// goroutine (and connection) per broken connection for the life of the
+// share.
+func TestAFailedWriteStopsTheReaderOfThatDirection(t *testing.T) {
+	src := &laterReadsWait{release: make(chan struct{})}
+	if err := pump(src, brokenWriter{}, 0, func() error { return nil }); err == nil {
+		t.Fatal("pump returned no error for a write that failed")
+	}
+	close(src.release) // what was read from here on has nowhere to go
+	time.Sleep(300 * time.Millisecond)
+	if n := src.reads.Load(); n > 2 {
+		t.Fatalf("the reader went on reading after its direction ended: %d reads, want at most 2", n)
 	}
 }
