@@ -110,12 +110,12 @@ plugin-rm: ## disable and remove the managed plugin (PLUGIN=bindstate) from the 
 	else echo "no plugin $(PLUGIN) installed"; fi
 
 .PHONY: test-unit
-test-unit: ## unit tests of the plugin packages and the share's delay line, with -race (root: FUSE tests mount for real)
-	$(GO) test $(GOFLAGS_PLUGIN) $(GOTEST_FLAGS) -race -count=1 ./plugin/... ./contrib/delayline
+test-unit: ## unit tests of the plugin packages, the share's delay line and the test harness, with -race (root: FUSE tests mount for real)
+	$(GO) test $(GOFLAGS_PLUGIN) $(GOTEST_FLAGS) -race -count=1 ./plugin/... ./contrib/delayline ./integration/harness
 
 .PHONY: vet
 vet: ## go vet and gofmt
-	$(GO) vet $(GOFLAGS_PLUGIN) ./plugin/... ./contrib/delayline
+	$(GO) vet $(GOFLAGS_PLUGIN) ./plugin/... ./contrib/delayline ./integration/harness
 	@out=$$(gofmt -l plugin integration contrib 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 
 .PHONY: demo

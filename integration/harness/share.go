@@ -52,7 +52,8 @@ func (s *Share) StopSSHD() error { _, err := s.run("stop-sshd", s.Mount); return
 func (s *Share) StartSSHD() error { _, err := s.run("start-sshd", s.Mount); return err }
 
 // Vars is what share.sh env says of the share (SHARE_PORT, SHARE_STATE,
-// SHARE_RTT_MS, ...), by name.
+// SHARE_RTT_MS, ...), by name, unquoted: share.sh prints each value with
+// bash's printf %q, so that a shell can eval it.
 func (s *Share) Vars() (map[string]string, error) {
 	out, err := s.run("env", s.Mount)
 	if err != nil {
@@ -60,11 +61,37 @@ func (s *Share) Vars() (map[string]string, error) {
 	}
 	vars := map[string]string{}
 	for _, line := range strings.Split(out, "\n") {
-		if k, v, ok := strings.Cut(line, "="); ok {
-			vars[k] = v
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			continue
+		}
+		if vars[k], err = shellUnquote(v); err != nil {
+			return nil, fmt.Errorf("share.sh env: %s: %w", k, err)
 		}
 	}
 	return vars, nil
+}
+
+// shellUnquote undoes bash's printf %q for what share.sh prints: two
+// single quotes for an empty value, a backslash before each other
+// character the shell would take apart. The $'...' form (control characters) is refused, not guessed.
+func shellUnquote(q string) (string, error) {
+	if q == "''" {
+		return "", nil
+	}
+	if strings.HasPrefix(q, "$'") {
+		return "", fmt.Errorf("%s: a value with control characters (bash's $'...' quoting) is not read here", q)
+	}
+	var b strings.Builder
+	for i := 0; i < len(q); i++ {
+		if q[i] == '\\' {
+			if i++; i == len(q) {
+				return "", fmt.Errorf("%s: ends in a lone backslash", q)
+			}
+		}
+		b.WriteByte(q[i])
+	}
+	return b.String(), nil
 }
 
 // Host is the path of rel in the backing directory (a host-side path).
