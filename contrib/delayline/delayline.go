@@ -127,29 +127,33 @@ func pump(src io.Reader, dst io.Writer, delay time.Duration, end func() error) e
 	// queue no one drains once src is closed.
 	stopped := make(chan struct{})
 	defer close(stopped)
+	// send queues c, or reports that the writer has stopped. What was read
+	// after it stopped is dropped at once (a select with both cases ready
+	// would pick one at random and might queue it).
+	send := func(c chunk) bool {
+		select {
+		case <-stopped:
+			return false
+		default:
+		}
+		select {
+		case q <- c:
+			return true
+		case <-stopped:
+			return false
+		}
+	}
 	go func() {
 		// One buffer to read into, and a copy of what came: most reads are
 		// one SFTP request or reply of a few hundred bytes.
 		buf := make([]byte, 64<<10)
 		for {
 			n, err := src.Read(buf)
-			select {
-			case <-stopped:
+			if n > 0 && !send(chunk{data: bytes.Clone(buf[:n]), due: time.Now().Add(delay)}) {
 				return
-			default:
-			}
-			if n > 0 {
-				select {
-				case q <- chunk{data: bytes.Clone(buf[:n]), due: time.Now().Add(delay)}:
-				case <-stopped:
-					return
-				}
 			}
 			if err != nil {
-				select {
-				case q <- chunk{due: time.Now().Add(delay), err: err}:
-				case <-stopped:
-				}
+				send(chunk{due: time.Now().Add(delay), err: err})
 				return
 			}
 		}
