@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -18,7 +19,10 @@ import (
 // It only ever does what a container request would do anyway (EnsurePopulated,
 // EnsureContent), bounded: one level of subdirectories per listing, small
 // files only, a fixed number of workers and a bounded queue whose overflow is
-// dropped (a dropped item is fetched on demand as before).
+// dropped (a dropped item is fetched on demand as before). Each directory's
+// read-ahead starts once, at the first listing of it or fetch in it, unless
+// a part of it failed: then the next such request starts it again (the
+// share may be back).
 const (
 	prefetchWorkers  = 8
 	prefetchQueue    = 4096
@@ -76,6 +80,13 @@ func (p *prefetcher) once(key string) bool {
 	}
 	p.done[key] = struct{}{}
 	return true
+}
+
+// forget makes key new again: its read-ahead failed.
+func (p *prefetcher) forget(key string) {
+	p.mu.Lock()
+	delete(p.done, key)
+	p.mu.Unlock()
 }
 
 func (p *prefetcher) queue(j prefetchJob) {
@@ -141,7 +152,37 @@ func (p *prefetcher) do(j prefetchJob) {
 	}
 	if err != nil {
 		// Nothing is lost: the container's own request does it again and
-		// reports its error.
+		// reports its error. The directory's read-ahead is not done, though:
+		// its key is given back, so that the next container request in it
+		// starts it again. Kept, it would leave the directory without
+		// read-ahead after a share that was gone came back, until the
+		// remembered keys were cleared (prefetchMaxNames directories later).
+		// Not for a name the host no longer has: that fails the same way
+		// every time, and each fetching open in the directory would list it
+		// again for nothing.
 		s.log.Debug("read-ahead from the host", "path", j.rel, "err", err)
+		if !errors.Is(err, unix.ENOENT) {
+			p.forget(j.key())
+		}
+	}
+	if testHookReadAhead != nil {
+		testHookReadAhead(j.rel, err)
+	}
+}
+
+// testHookReadAhead, if set (by tests), runs at the end of each read-ahead
+// job with its path and its error.
+var testHookReadAhead func(rel string, err error)
+
+// key is the once-key of the container request that queued j (listed,
+// fetched).
+func (j prefetchJob) key() string {
+	switch j.kind {
+	case prefetchPopulate:
+		return "c:" + dirOf(j.rel)
+	case prefetchSiblings:
+		return "s:" + j.rel
+	default: // prefetchFetch, queued by its directory's prefetchSiblings
+		return "s:" + dirOf(j.rel)
 	}
 }
