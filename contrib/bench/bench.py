@@ -747,6 +747,22 @@ W5_TXNS, W5_ROWS = 2000, 10  # committed transactions, rows each
 W5_PORT = 54329  # names the server's socket file only: no TCP (listen_addresses='')
 
 
+# A volume's status before each unmount: what may differ from run to run
+# (what was left to write back, or failed) is kept per run; what its
+# configuration decides (its state, how writers are served, the xattrs it
+# takes) once per configuration, in meta["volume_status"]. Kept whole per
+# run, the status was most of a results file: the same sentences and the
+# run's own mount paths, sample after sample.
+STATUS_PER_RUN = ("conflicts", "dirty", "failed", "lag", "last_error")
+STATUS_PER_VOLUME = ("rescan", "state", "writers", "xattrs")
+
+
+def split_status(st):
+    """(what of a volume's status is the run's, what is its configuration's)."""
+    return ({k: st[k] for k in STATUS_PER_RUN if k in st},
+            {k: st[k] for k in STATUS_PER_VOLUME if k in st})
+
+
 def postgres_bin():
     """The newest PostgreSQL server's bin directory Debian installed, or None."""
     root = "/usr/lib/postgresql"
@@ -1352,7 +1368,9 @@ class Bench:
                 t = plugin.unmount(vol, timeout=self.unmount_timeout)
                 wb(last).setdefault("exit_flush_s", []).append(_r(t))
                 if st:
-                    wb(last).setdefault("status_before_unmount", []).append(st)
+                    per_run, per_volume = split_status(st)
+                    wb(last).setdefault("status_before_unmount", []).append(per_run)
+                    self.meta.setdefault("volume_status", {}).setdefault(cfg, per_volume)
             elif peer:
                 if peer.sync_back and w.writes and len(w.variants) > 1:
                     wb(last).setdefault("lag_s", []).append(peer.sync_back())

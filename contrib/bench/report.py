@@ -406,14 +406,29 @@ def write_all(res, outdir, stem):
     return _write(res, outdir, stem, markdown(res), chart)
 
 
+def dumps(v, indent=""):
+    """JSON of v, sorted keys, one line per record: an object or array that
+    holds another is laid out a member a line, one that holds none (a
+    sample, a resource record, a list of timings) stays on one line. The
+    committed results stay small and still diff a record at a time (laid
+    out member by member, a run's per-sample records were most of a
+    157 KB file)."""
+    inner = indent + " "
+    if isinstance(v, dict) and any(isinstance(x, (dict, list)) for x in v.values()):
+        items = ["%s%s: %s" % (inner, json.dumps(k), dumps(v[k], inner)) for k in sorted(v)]
+        return "{\n" + ",\n".join(items) + "\n" + indent + "}"
+    if isinstance(v, list) and any(isinstance(x, (dict, list)) for x in v):
+        return "[\n" + ",\n".join(inner + dumps(x, inner) for x in v) + "\n" + indent + "]"
+    return json.dumps(v, sort_keys=True)
+
+
 def _write(res, outdir, stem, md, draw):
     """Writes STEM.json (res), STEM.md (md, with the chart below it) and
     STEM.png (draw(res, path); none without matplotlib); returns the paths."""
     paths = []
     p = os.path.join(outdir, stem + ".json")
     with open(p, "w") as f:
-        json.dump(res, f, indent=1, sort_keys=True)
-        f.write("\n")
+        f.write(dumps(res) + "\n")
     paths.append(p)
     png = draw(res, os.path.join(outdir, stem + ".png"))
     if png:

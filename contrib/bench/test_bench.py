@@ -119,6 +119,27 @@ class ReportTest(unittest.TestCase):
                 self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
 
+    def test_the_json_keeps_each_record_on_one_line(self):
+        res = fake_result()
+        res["idle"] = {"cached": [{"cpu_pct": 0.5, "when": "after mount"}, {"cpu_pct": 2.0, "when": "after workload"}]}
+        text = report.dumps(res)
+        self.assertEqual(json.loads(text), res)
+        self.assertIn('\n   {"cpu_pct": 0.5, "when": "after mount"},\n', text)
+        self.assertIn('"samples": [1.0, 2.0, 3.0]', text)
+        # Laid out a member a line down to the records, sorted.
+        self.assertIn('{\n "configs": ', text)
+
+    def test_a_volumes_status_is_kept_per_run_only_where_it_may_change(self):
+        st = {"conflicts": 0, "dirty": 2, "failed": 0, "key": "6f4b", "lag": "1s", "last_error": "",
+              "mountpoint": "/work/_build/bench/p/003-cached-W1-r1/mnt/6f4b", "mounts": 1, "rescan": "1s",
+              "source": "/work/_build/bench/S/go", "state": "cached", "writers": "through the plugin: sshfs",
+              "xattrs": "refused"}
+        per_run, per_volume = bench.split_status(st)
+        self.assertEqual(per_run, {"conflicts": 0, "dirty": 2, "failed": 0, "lag": "1s", "last_error": ""})
+        self.assertEqual(per_volume, {"rescan": "1s", "state": "cached", "writers": "through the plugin: sshfs",
+                                      "xattrs": "refused"})
+
+
 def fake_sweep():
     """Two runs of the same rows, the share's round trips +0 and +2 ms."""
     slow = fake_result()
