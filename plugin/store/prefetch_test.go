@@ -111,12 +111,13 @@ func TestC3_AFetchThroughAnotherNameOfALinkedFileWaitsForTheFirst(t *testing.T) 
 	}
 }
 
-// A container's open that has to fetch its file starts the read-ahead of
-// the directory's other small files beside that fetch, not after it: a
-// container reading a directory's files one after the other asks for the
-// next while the first is still on its way from a slow share.
-func TestAFetchForAnOpenStartsItsDirectorysReadAheadBesideIt(t *testing.T) {
+// storeOfThreeFiles opens a cached store over a host (returned) that has
+// d/a, d/b and d/c, with d listed: three stubs.
+func storeOfThreeFiles(t *testing.T) (*Store, string) {
+	t.Helper()
+	var host string
 	s := openTestStore(t, consistency.Cached, func(h string) {
+		host = h
 		os.Mkdir(filepath.Join(h, "d"), 0o755)
 		for _, name := range []string{"a", "b", "c"} {
 			os.WriteFile(filepath.Join(h, "d", name), []byte("content of "+name), 0o644)
@@ -127,6 +128,15 @@ func TestAFetchForAnOpenStartsItsDirectorysReadAheadBesideIt(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return s, host
+}
+
+// A container's open that has to fetch its file starts the read-ahead of
+// the directory's other small files beside that fetch, not after it: a
+// container reading a directory's files one after the other asks for the
+// next while the first is still on its way from a slow share.
+func TestAFetchForAnOpenStartsItsDirectorysReadAheadBesideIt(t *testing.T) {
+	s, _ := storeOfThreeFiles(t)
 	copied, finish := make(chan struct{}), make(chan struct{})
 	testHookFetchCopied = func(rel string) {
 		if rel == "d/a" {
@@ -296,19 +306,7 @@ func TestAReadAheadOfANameTheHostNoLongerHasIsNotStartedAgain(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { testHookReadAhead = nil })
-	var host string
-	s := openTestStore(t, consistency.Cached, func(h string) {
-		host = h
-		os.Mkdir(filepath.Join(h, "d"), 0o755)
-		for _, name := range []string{"a", "b", "c"} {
-			os.WriteFile(filepath.Join(h, "d", name), []byte("content of "+name), 0o644)
-		}
-	})
-	for _, dir := range []string{"", "d"} {
-		if err := s.EnsurePopulated(dir); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s, host := storeOfThreeFiles(t)
 	if err := os.Remove(filepath.Join(host, "d", "b")); err != nil {
 		t.Fatal(err)
 	}
