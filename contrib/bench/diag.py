@@ -3,13 +3,17 @@
 FUSE_DEBUG=true and counts the FUSE requests per opcode for each run (cold,
 hot), and optionally `strace -c -f` of the plugin and of the workload.
 
-  diag.py [--state cached] [--workload W1|W2|W3|W4|W5] [--quick] [--strace] [--strace-share] [--hot-runs N] [--share-rtt MS]
+  diag.py [--state cached] [--workload W1|W2|W3|W3rm|W4|W5] [--quick] [--strace] [--strace-share] [--hot-runs N] [--share-rtt MS]
 
 Uses the tree bench.py prepared in WORK/H (run `make bench-quick` or
 `make bench` once first); mounts its own share of it at WORK/S-diag, so it
 can run beside a bench (whose timings it then disturbs). Prints a table and
 writes WORK/diag/<state>-<workload>.json. Timings here are inflated by the
 debug log and strace: use them for counts, not speed.
+
+W3rm is W3's `rm -rf` alone: each run deletes a copy of W3's tree that
+was unpacked on the host beforehand (not through the volume), so the
+volume first meets the tree in the removal, as bench.py's W3 rm row does.
 
 --strace-share counts the syscalls of the share's sftp session (sshd's
 internal-sftp: one syscall or a few per SFTP request) in each run: which
@@ -117,7 +121,12 @@ def main():
     b = bench.Bench(args)
     if not os.path.isdir(b.H):
         raise bench.BenchError("no %s: run make bench-quick first" % b.H)
-    w = {"W1": bench.W1, "W2": bench.W2, "W3": bench.W3, "W4": bench.W4, "W5": bench.W5}[a.workload](b)
+    if a.workload == "W3rm":
+        w3 = bench.W3(b)
+        w3.tar = bench.small_files_tar(b.cache, bench.W3_DIRS, bench.W3_FILES, 100, 4000)
+        w = bench.W3rm(b, w3)
+    else:
+        w = {"W1": bench.W1, "W2": bench.W2, "W3": bench.W3, "W4": bench.W4, "W5": bench.W5}[a.workload](b)
     if a.workload == "W1":
         w.packages = len(bench.run(["go", "list", "./..."], cwd=os.path.join(b.H, "go", "src"),
                                    env=b.go_env(os.path.join(b.H, "go")), capture=True)[1].split())
@@ -126,6 +135,13 @@ def main():
     elif a.workload == "W3":
         w.tar = bench.small_files_tar(b.cache, bench.W3_DIRS, bench.W3_FILES, 100, 4000)
         os.makedirs(os.path.join(b.H, "w3", "diag"), exist_ok=True)
+    elif a.workload == "W3rm":
+        # A tree per run, unpacked on the host (run i deletes r<9+i>).
+        for i in range(1 + a.hot_runs):
+            d = os.path.join(b.H, w.rel("diag"), w3.dname("diag", 9 + i))
+            bench.shutil.rmtree(d, ignore_errors=True)
+            os.makedirs(d)
+            bench.run(["tar", "-xf", w3.tar, "-C", d])
     elif a.workload == "W5":
         w.prepare()
         w.prepare_config("diag")
@@ -182,7 +198,8 @@ def main():
                 with bench.Sampler(p.pid) as s:
                     # A workload that writes once (W3) unpacks into a new
                     # directory each run.
-                    res = w.run(target, "diag", 9 + i if isinstance(w, bench.WritesOnce) else 9, v)
+                    once = isinstance(w, (bench.WritesOnce, bench.W3rm))
+                    res = w.run(target, "diag", 9 + i if once else 9, v)
                 for tracer in (st, sst):
                     if tracer:
                         tracer.terminate()
