@@ -558,16 +558,19 @@ func (r *Root) ReadDir(rel string) ([]Entry, error) {
 		return nil, err
 	}
 	defer unix.Close(fd)
+	byName := make([]string, len(names))
+	for i, n := range names {
+		byName[i] = n.Name
+	}
+	sts, errs := lstatEach(fd, byName)
 	entries := make([]Entry, 0, len(names))
-	for _, n := range names {
-		entries = append(entries, Entry{Name: n.Name})
-		e := &entries[len(entries)-1]
-		if err := unix.Fstatat(fd, n.Name, &e.Stat, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			entries = entries[:len(entries)-1]
-			if err == unix.ENOENT {
-				continue
-			}
-			return nil, r.pathErr("lstat", joinRel(c, n.Name), err)
+	for i, name := range byName {
+		switch err := errs[i]; {
+		case err == unix.ENOENT:
+		case err != nil:
+			return nil, r.pathErr("lstat", joinRel(c, name), err)
+		default:
+			entries = append(entries, Entry{Name: name, Stat: sts[i]})
 		}
 	}
 	slices.SortFunc(entries, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
@@ -605,21 +608,36 @@ func (r *Root) ReadDirTypes(rel string) ([]DirEntry, error) {
 // and inode number from an lstat, and leaves out those gone since. On an
 // error it returns the name of the entry that failed.
 func statUntyped(fd int, entries []DirEntry) ([]DirEntry, string, error) {
-	for i := 0; i < len(entries); i++ {
-		e := &entries[i]
-		if e.Type != 0 {
-			continue
+	var untyped []int // indices in entries
+	var names []string
+	for i, e := range entries {
+		if e.Type == 0 {
+			untyped, names = append(untyped, i), append(names, e.Name)
 		}
-		var st unix.Stat_t
-		if err := unix.Fstatat(fd, e.Name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			if err == unix.ENOENT {
-				entries = slices.Delete(entries, i, i+1)
-				i--
-				continue
+	}
+	if len(untyped) == 0 {
+		return entries, "", nil
+	}
+	sts, errs := lstatEach(fd, names)
+	gone := make(map[int]bool)
+	for k, i := range untyped {
+		switch err := errs[k]; {
+		case err == unix.ENOENT:
+			gone[i] = true
+		case err != nil:
+			return nil, names[k], err
+		default:
+			entries[i].Ino, entries[i].Type = sts[k].Ino, sts[k].Mode&unix.S_IFMT
+		}
+	}
+	if len(gone) > 0 {
+		kept := entries[:0]
+		for i, e := range entries {
+			if !gone[i] {
+				kept = append(kept, e)
 			}
-			return nil, e.Name, err
 		}
-		e.Ino, e.Type = st.Ino, st.Mode&unix.S_IFMT
+		entries = kept
 	}
 	return entries, "", nil
 }

@@ -5,11 +5,14 @@
 // attributes as sshfs does, what a file had when it was first looked up or
 // last opened, however it changed since (sshfs keeps attributes per path
 // for 20 s and looks again on open), so a test gets a change hidden behind
-// that cache at once and every time, with no timing.
+// that cache at once and every time, with no timing. MountFar is another: a
+// share each of whose lstats is a round trip.
 package testshare
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -119,4 +122,100 @@ func (n *staleNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint
 	n.frozen = nil // looked at again by the next Getattr
 	n.mu.Unlock()
 	return n.LoopbackNode.Open(ctx, flags)
+}
+
+// Far is a mounted share a round trip away that keeps no attributes
+// (MountFar): while it is far, each lookup and attribute request waits a
+// while, and it counts how many were under way at once.
+type Far struct {
+	far            atomic.Bool
+	delay          time.Duration
+	untyped        bool
+	inFlight, most atomic.Int32
+}
+
+// SetFar makes the share far (on) or answer at once (off: a test's set-up).
+func (f *Far) SetFar(on bool) { f.far.Store(on) }
+
+// Most is the most lookups and attribute requests that were under way at
+// once while the share was far, since the mount or the last ResetMost.
+func (f *Far) Most() int32 { return f.most.Load() }
+
+// ResetMost starts counting Most afresh.
+func (f *Far) ResetMost() { f.most.Store(0) }
+
+func (f *Far) request() func() {
+	if !f.far.Load() {
+		return func() {}
+	}
+	n := f.inFlight.Add(1)
+	for m := f.most.Load(); n > m && !f.most.CompareAndSwap(m, n); m = f.most.Load() {
+	}
+	time.Sleep(f.delay)
+	return func() { f.inFlight.Add(-1) }
+}
+
+// MountFar serves backing at mnt as Mount does, through a share that, once
+// SetFar(true), takes delay for each lookup and attribute request, with no
+// kernel caching of entries or attributes (9p, or virtiofs or NFS without
+// attribute caching: every lstat a round trip). untyped: its listings give
+// no entry types (DT_UNKNOWN), as some file systems' do; it is then listed
+// with READDIR, since READDIRPLUS looks each entry up and so types it.
+func MountFar(t testing.TB, mnt, backing string, delay time.Duration, untyped bool) *Far {
+	t.Helper()
+	f := &Far{delay: delay, untyped: untyped}
+	Mount(t, mnt, backing, "far-share", fs.Options{MountOptions: fuse.MountOptions{DisableReadDirPlus: untyped}},
+		func(rd *fs.LoopbackRoot, _ *syscall.Stat_t) fs.InodeEmbedder {
+			return &farNode{LoopbackNode: fs.LoopbackNode{RootData: rd}, share: f}
+		})
+	return f
+}
+
+type farNode struct {
+	fs.LoopbackNode
+	share *Far
+}
+
+func (n *farNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	defer n.share.request()()
+	return n.LoopbackNode.Getattr(ctx, f, out)
+}
+
+func (n *farNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	defer n.share.request()()
+	return n.LoopbackNode.Lookup(ctx, name, out)
+}
+
+func (n *farNode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if !n.share.untyped {
+		return n.LoopbackNode.OpendirHandle(ctx, flags)
+	}
+	ents, err := os.ReadDir(filepath.Join(n.RootData.Path, n.Path(n.Root())))
+	if err != nil {
+		return nil, 0, fs.ToErrno(err)
+	}
+	d := new(untypedDir)
+	for i, e := range ents {
+		d.ents = append(d.ents, fuse.DirEntry{Name: e.Name(), Off: uint64(i + 1)}) // Mode 0: DT_UNKNOWN
+	}
+	return d, 0, 0
+}
+
+// untypedDir is a directory handle that lists its entries without types.
+type untypedDir struct {
+	ents []fuse.DirEntry
+	next int
+}
+
+func (d *untypedDir) Readdirent(context.Context) (*fuse.DirEntry, syscall.Errno) {
+	if d.next >= len(d.ents) {
+		return nil, 0
+	}
+	d.next++
+	return &d.ents[d.next-1], 0
+}
+
+func (d *untypedDir) Seekdir(_ context.Context, off uint64) syscall.Errno {
+	d.next = int(off)
+	return 0
 }
