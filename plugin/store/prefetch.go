@@ -50,7 +50,7 @@ type prefetcher struct {
 	wg   sync.WaitGroup
 
 	mu   sync.Mutex
-	done map[string]struct{} // "c:"+dir, "s:"+dir: directories already handled
+	done map[string]struct{} // listedKey, siblingsKey of directories already handled
 }
 
 func newPrefetcher(s *Store) *prefetcher {
@@ -99,7 +99,7 @@ func (p *prefetcher) queue(j prefetchJob) {
 // listed is called when the container lists dir: its subdirectories are
 // listed from the host in the background.
 func (p *prefetcher) listed(dir string, entries []string) {
-	if len(entries) == 0 || !p.once("c:"+dir) {
+	if len(entries) == 0 || !p.once(listedKey(dir)) {
 		return
 	}
 	for _, name := range entries {
@@ -110,7 +110,7 @@ func (p *prefetcher) listed(dir string, entries []string) {
 // fetched is called when the container's open fetched a file of dir: dir's
 // other small files are fetched in the background.
 func (p *prefetcher) fetched(dir string) {
-	if p.once("s:" + dir) {
+	if p.once(siblingsKey(dir)) {
 		p.queue(prefetchJob{prefetchSiblings, dir})
 	}
 }
@@ -174,15 +174,21 @@ func (p *prefetcher) do(j prefetchJob) {
 // job with its path and its error.
 var testHookReadAhead func(rel string, err error)
 
+// listedKey and siblingsKey are the once-keys of a directory's two
+// read-aheads: of its subdirectories' listings (listed), of its other small
+// files (fetched).
+func listedKey(dir string) string   { return "c:" + dir }
+func siblingsKey(dir string) string { return "s:" + dir }
+
 // key is the once-key of the container request that queued j (listed,
 // fetched).
 func (j prefetchJob) key() string {
 	switch j.kind {
 	case prefetchPopulate:
-		return "c:" + dirOf(j.rel)
+		return listedKey(dirOf(j.rel))
 	case prefetchSiblings:
-		return "s:" + j.rel
+		return siblingsKey(j.rel)
 	default: // prefetchFetch, queued by its directory's prefetchSiblings
-		return "s:" + dirOf(j.rel)
+		return siblingsKey(dirOf(j.rel))
 	}
 }

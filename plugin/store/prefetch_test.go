@@ -324,7 +324,7 @@ func TestAReadAheadOfANameTheHostNoLongerHasIsNotStartedAgain(t *testing.T) {
 	// in d (of b, say, which the store still lists) starts nothing.
 	p := s.prefetch
 	p.mu.Lock()
-	_, kept := p.done["s:d"]
+	_, kept := p.done[siblingsKey("d")]
 	p.mu.Unlock()
 	if !kept {
 		t.Fatal("the read-ahead of d was given back after a fetch of a name the host no longer has: the next open that fetches in d starts it again")
