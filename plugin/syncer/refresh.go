@@ -293,14 +293,15 @@ func (r *Refresher) Check(ctx context.Context) (ScanStats, error) {
 	mtimes := make(map[string]int64, len(r.watched))
 	toList := make(map[string]bool)
 	dirs := make([]string, 0, len(r.watched))
-	for dir := range r.watched {
-		dirs = append(dirs, dir)
+	watches := make([]dirWatch, 0, len(r.watched))
+	for dir, w := range r.watched {
+		dirs, watches = append(dirs, dir), append(watches, w)
 	}
 	for i, hs := range r.lstatAll(ctx, dirs) {
 		if hs.skipped {
 			break // ctx ended
 		}
-		dir, w := dirs[i], r.watched[dirs[i]]
+		dir, w := dirs[i], watches[i]
 		st, err := hs.st, hs.err
 		stats.Checked++
 		if notThere(err) || (err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR) {
@@ -361,24 +362,6 @@ func (r *Refresher) Check(ctx context.Context) (ScanStats, error) {
 	return stats, errors.Join(errs...)
 }
 
-// statsAtOnce is how many host lstats a check has in flight. Over a share
-// that keeps no attributes, where each lstat is a round trip, one after the
-// other they made a check of N watched directories N round trips long, and
-// the next check waits nine times that (checkDutyCycle). Over sshfs with its
-// caches off and 2 ms added to each round trip, a check of 901 directories
-// took 9.2-9.5 s, and host edits arrived 75-120 s late; with these stats and
-// the listings' (hostpath.lstatEach) side by side, 1.5-1.8 s, so checks come
-// ~14 s apart instead of ~85 s. The work each check gives the share is the
-// same, in less time. (sshfs with its caches on answers most of these from
-// its cache: there a check takes 10-20 ms either way.)
-// They go side by side once the first ones each took slowStat or longer
-// (sidebyside.Do): answered from a cache, as sshfs's mostly are, they stay
-// one after the other, as a listing's do (hostpath.lstatEach).
-const (
-	statsAtOnce = 8
-	slowStat    = 200 * time.Microsecond
-)
-
 // hostStat is one result of lstatAll.
 type hostStat struct {
 	st      unix.Stat_t
@@ -386,12 +369,16 @@ type hostStat struct {
 	skipped bool // not stat'ed: ctx ended first
 }
 
-// lstatAll lstats rels on the host, side by side once one was slow (see
-// statsAtOnce), and returns the results in the order of rels. Once ctx
-// ends, the rels not stat'ed yet are skipped.
+// lstatAll lstats rels on the host and returns the results in the order of
+// rels. Over a share where each lstat is a round trip they go side by side
+// (sidebyside.Stats): one after the other they made a check of N watched
+// directories N round trips long, and the next check waits nine times that
+// (checkDutyCycle), so that over sshfs without caches and 2 ms added to each
+// round trip checks of 901 directories came ~85 s apart, now ~14 s. Once
+// ctx ends, the rels not stat'ed yet are skipped.
 func (r *Refresher) lstatAll(ctx context.Context, rels []string) []hostStat {
 	out := make([]hostStat, len(rels))
-	sidebyside.Do(len(rels), statsAtOnce, slowStat, func(i int) {
+	sidebyside.Stats(len(rels), func(i int) {
 		if ctx.Err() != nil {
 			out[i].skipped = true
 			return
