@@ -64,6 +64,20 @@ func TestC5_D6_AChecksHostStatsAreUnderWayTogether(t *testing.T) {
 						readFile(t, r.mntPath(f)) // opened: in use
 					}
 				}
+				// A host change for the check to find through its stats side
+				// by side: a new file in the last directory (its mtime
+				// moves: it and its parent are listed), or an edit in place
+				// to the last file in use (only the file's own attributes
+				// move: its directory is listed).
+				changed, wantDirs := files[len(files)-1], 1
+				if !c.inUse {
+					changed, wantDirs = dirs[len(dirs)-1]+"/new", 2
+				}
+				writeFile(t, r.hostPath(changed), "changed on the host")
+				at := time.Now().Add(-30 * time.Minute) // not racy
+				if err := os.Chtimes(r.hostPath(changed), at, at); err != nil {
+					t.Fatal(err)
+				}
 				share.SetFar(true)
 				s := runCheck(t, ref, "the check")
 				share.SetFar(false)
@@ -74,6 +88,12 @@ func TestC5_D6_AChecksHostStatsAreUnderWayTogether(t *testing.T) {
 				if s.Checked != len(dirs)+1 || s.Files != wantFiles {
 					t.Fatalf("set-up: the check stat'ed %d directories and %d files, want the %d watched and %d in use",
 						s.Checked, s.Files, len(dirs)+1, wantFiles)
+				}
+				if s.Dirs != wantDirs {
+					t.Errorf("the check listed %d directories, want %d: the change to %s found", s.Dirs, wantDirs, changed)
+				}
+				if got := readFile(t, r.mntPath(changed)); got != "changed on the host" {
+					t.Errorf("%s in the container after the check: %q, want the host's", changed, got)
 				}
 				if most := share.Most(); most < 2 {
 					t.Fatalf("the check's host stats: at most %d under way at once, want several (one after the other, a check over a slow share takes a round trip per %s)", most, c.per)

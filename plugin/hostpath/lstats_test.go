@@ -41,8 +41,14 @@ func TestAListingOfAFarDirectoryStatsItsEntriesSideBySide(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, e := range ents {
-					if e.Type != syscall.S_IFREG || e.Ino == 0 {
-						t.Errorf("%s: type %o, inode %d; want a regular file's, from its lstat", e.Name, e.Type, e.Ino)
+					// Its own inode, as the share gives it to an lstat of
+					// the name alone.
+					var own syscall.Stat_t
+					if err := syscall.Lstat(filepath.Join(mnt, e.Name), &own); err != nil {
+						t.Fatal(err)
+					}
+					if e.Type != syscall.S_IFREG || e.Ino != own.Ino {
+						t.Errorf("%s: type %o, inode %d; want a regular file's, its own %d, from its lstat", e.Name, e.Type, e.Ino, own.Ino)
 					}
 					got = append(got, e.Name)
 				}
