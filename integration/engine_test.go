@@ -15,6 +15,7 @@ package integration
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -515,53 +516,97 @@ func TestEngine_ComposeConsistencyReachesEngine(t *testing.T) {
 	}
 }
 
-// TestEngine_D4_ExitWhileDaemonDown: a delegated container that exits while
-// the daemon is down (killed) has its writeback done when the daemon starts
-// again, before its exit is reported: a die event with
-// bindstate.writeback=ok, exit code 0, the data on the host. (Depending on
-// timing the exit is found by the restore path, or the container is still
-// running then, is stopped by restore and its exit handled as usual, with
-// the mount count lost: both must write back.)
+// TestEngine_D4_ExitWhileDaemonDown: a delegated container whose process
+// ends while the daemon is down (killed: containerd, the shims and the
+// plugin live on) has its writeback done when the daemon starts again,
+// before its exit is reported: a die event with bindstate.writeback=ok, the
+// data on the host. Two ways it meets the daemon again:
+//   - exited: the process ended before the daemon started; the restore path
+//     finds the exit (exit code 0);
+//   - running: the process still runs when the daemon starts; restore stops
+//     it (no live-restore) and its exit is handled as usual, with the
+//     mount count the killed daemon held lost.
+//
+// The container is told when to write and exit through a plain bind the
+// test writes to (ctl), not by sleeping: with a sleep, a slow machine
+// turned the first case into the second.
 func TestEngine_D4_ExitWhileDaemonDown(t *testing.T) {
 	d := needEngine(t)
-	s := newShareSource(t)
-	name := "c-" + slug(t)
-	id := d.Docker(t, "run", "-d", "--name", name, "--network", "none",
-		"-v", s.Source+":/data:delegated", image,
-		"sh", "-c", "echo restored > /data/r.txt; sleep 4; echo late > /data/late.txt; exit 0")
-	t.Cleanup(func() { d.Try("rm", "-f", id) })
-	harness.Eventually(t, 30*time.Second, "container wrote /data/r.txt", func() (bool, string) {
-		out, err := d.Try("exec", id, "cat", "/data/r.txt")
-		return err == nil && out == "restored", out
-	})
+	for _, tc := range []struct {
+		name     string
+		exitedAt string // "down": before the daemon starts; "restore": stopped by it
+	}{
+		{"exited", "down"},
+		{"running", "restore"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newShareSource(t)
+			ctl := t.TempDir()
+			// After /ctl/go: write late.txt (written back ~1 s later, or at
+			// the exit), say so in /ctl/wrote, then exit or wait for ever.
+			then := "exit 0"
+			if tc.exitedAt == "restore" {
+				then = "exec sleep 3600"
+			}
+			id := d.Docker(t, "run", "-d", "--name", "c-"+slug(t), "--network", "none", "--stop-timeout", "1",
+				"-v", s.Source+":/data:delegated", "-v", ctl+":/ctl", image,
+				"sh", "-c", "echo restored > /data/r.txt; while [ ! -e /ctl/go ]; do sleep 0.1; done; "+
+					"echo late > /data/late.txt && touch /ctl/wrote; "+then)
+			t.Cleanup(func() { d.Try("rm", "-f", id) })
+			harness.Eventually(t, 30*time.Second, "container wrote /data/r.txt", func() (bool, string) {
+				out, err := d.Try("exec", id, "cat", "/data/r.txt")
+				return err == nil && out == "restored", out
+			})
+			pid, err := strconv.Atoi(d.Docker(t, "inspect", "-f", "{{.State.Pid}}", id))
+			if err != nil || pid <= 0 {
+				t.Fatalf("the container's pid: %q, %v", pid, err)
+			}
 
-	// Kill the daemon (no shutdown: containerd, the shims and the plugin
-	// live on), let the container exit, start the daemon again.
-	if err := syscall.Kill(d.Pid(), syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+			// Kill the daemon, let the container write, start the daemon again.
+			if err := syscall.Kill(d.Pid(), syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			d.Stop() // reaps it
+			if err := os.WriteFile(filepath.Join(ctl, "go"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			harness.Eventually(t, 60*time.Second, "the container wrote /data/late.txt while the daemon was down", func() (bool, string) {
+				_, err := os.Stat(filepath.Join(ctl, "wrote"))
+				return err == nil, fmt.Sprint(err)
+			})
+			if tc.exitedAt == "down" {
+				harness.Eventually(t, 30*time.Second, "the container's process ended", func() (bool, string) {
+					err := syscall.Kill(pid, 0)
+					return errors.Is(err, syscall.ESRCH), fmt.Sprintf("pid %d: kill 0: %v", pid, err)
+				})
+			}
+			since := time.Now()
+			if err := d.Start(); err != nil {
+				t.Fatal(err)
+			}
+			harness.Eventually(t, 60*time.Second, "the container exited", func() (bool, string) {
+				st := d.Docker(t, "inspect", "-f", "{{.State.Status}}", id)
+				return st == "exited", st
+			})
+			ins := inspectContainer(t, d, id)
+			if ins.State.Error != "" || (tc.exitedAt == "down" && ins.State.ExitCode != 0) {
+				t.Errorf("after restore: exit code %d, error %q; want no error (and exit code 0 for an exit while the daemon was down)",
+					ins.State.ExitCode, ins.State.Error)
+			}
+			mustHost(t, s.host("late.txt"), "late\n")
+			var ok bool
+			for _, a := range dieAttributes(t, d, id, since) {
+				ok = ok || a["bindstate.writeback"] == "ok"
+			}
+			if !ok {
+				t.Errorf("no die event with bindstate.writeback=ok after restore: %v", dieAttributes(t, d, id, since))
+			}
+			// the plugin still serves new containers, over the same source
+			if out, err := d.Try("run", "--rm", "--network", "none", "-v", s.Source+":/data:delegated", image, "cat", "/data/late.txt"); err != nil || out != "late" {
+				t.Errorf("a new container over the same source: cat /data/late.txt = %q, %v; want late", out, err)
+			}
+		})
 	}
-	d.Stop() // reaps it
-	time.Sleep(8 * time.Second)
-	since := time.Now()
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ins := inspectContainer(t, d, id)
-	if ins.State.Status != "exited" || ins.State.Error != "" {
-		t.Errorf("after restore: status %s, exit code %d, error %q; want exited, no error", ins.State.Status, ins.State.ExitCode, ins.State.Error)
-	}
-	if ins.State.ExitCode == 0 {
-		mustHost(t, s.host("late.txt"), "late\n")
-	}
-	var ok bool
-	for _, a := range dieAttributes(t, d, id, since) {
-		ok = ok || a["bindstate.writeback"] == "ok"
-	}
-	if !ok {
-		t.Errorf("no die event with bindstate.writeback=ok after restore: %v", dieAttributes(t, d, id, since))
-	}
-	// the plugin still serves new containers
-	d.Docker(t, "run", "--rm", "--network", "none", "-v", s.Source+":/data:delegated", image, "cat", "/data/late.txt")
 }
 
 // TestEngine_D4_RestartPolicySeesWritebackFailure: with --restart
