@@ -8,9 +8,13 @@ package integration
 // what was acknowledged to the container and what reached the host.
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -510,25 +514,98 @@ func TestFault_D7_HostAndContainerEditBetweenSyncs(t *testing.T) {
 }
 
 // pluginStatus runs `bindstate status` (the plugin's own binary) against the
-// managed plugin's control socket, seen through the plugin's /proc/PID/root
-// and from its directory (the full path is longer than a unix socket
-// address may be).
+// managed plugin's control socket.
 func pluginStatus(t *testing.T, vol string) (string, error) {
 	t.Helper()
 	pid := bindstatePid(t)
+	args := []string{"status", "--format", "json", "--socket", controlSocket(t, pid)}
+	if vol != "" {
+		args = append(args, vol)
+	}
+	out, err := exec.Command(fmt.Sprintf("/proc/%d/exe", pid), args...).CombinedOutput()
+	return string(out), err
+}
+
+// TestFault_DaemonDown_ThePluginNeverWaitsForItsLog: while the daemon is
+// down nobody reads the managed plugin's stderr (the containerd shim holds
+// the fifo open and does not read it), and once the pipes are full a
+// plain write to it blocks. The plugin logs from a queue of its own, so it
+// serves on, with its log past the queue's limit dropped and counted; the
+// daemon, back, reads what was kept and the notice of what was dropped.
+// Each request here logs a line, as a failing check does while the share is
+// gone: 6,000 of them are some 1.3 MB, ten times what the pipes hold, more
+// than the queue keeps.
+func TestFault_DaemonDown_ThePluginNeverWaitsForItsLog(t *testing.T) {
+	d := needFaults(t)
+	s := newShareSource(t)
+	vol := createVolume(t, d, s.Source, "delegated")
+	pid := bindstatePid(t)
+	ctl := controlSocket(t, pid)
+
+	off := d.LogSize()
+	if err := syscall.Kill(d.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	d.Stop() // reaps it
+	t.Cleanup(func() {
+		if d.Pid() == 0 {
+			if err := d.Start(); err != nil {
+				t.Errorf("start the daemon again: %v", err)
+			}
+		}
+	})
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", ctl)
+		},
+	}}
+	const requests = 6000
+	for i := range requests {
+		resp, err := client.Post("http://plugin/v1/flush?volume="+vol, "", nil)
+		if err != nil {
+			t.Fatalf("flush request %d of %d, the daemon down: %v (the plugin waits for its log to be read?)", i+1, requests, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("flush request %d: %s", i+1, resp.Status)
+		}
+	}
+
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 60*time.Second, "the daemon's log has the plugin's notice of dropped records", func() (bool, string) {
+		return strings.Contains(d.LogSince(off), "log records dropped here"), ""
+	})
+	if got := bindstatePid(t); got != pid {
+		t.Errorf("the plugin's pid: %d, then %d: it was restarted; want the same process serving throughout", pid, got)
+	}
+	if n := strings.Count(d.LogSince(off), "flush requested over the control socket"); n == 0 || n >= requests {
+		t.Errorf("%d of %d flush requests logged once the daemon was back; want those the queue kept: some, not all", n, requests)
+	}
+}
+
+// controlSocket is a short path to the managed plugin's control socket,
+// which is beneath its root (/proc/PID/root), at a path longer than a unix
+// socket address may be: a symlink, which connect follows.
+func controlSocket(t *testing.T, pid int) string {
+	t.Helper()
 	root := fmt.Sprintf("/proc/%d/root", pid)
 	socks, _ := filepath.Glob(root + "/run/docker/plugins/bindstate-control/control.sock")
 	more, _ := filepath.Glob(root + "/run/docker/plugins/*/bindstate-control/control.sock")
 	socks = append(socks, more...)
 	if len(socks) == 0 {
-		return "", fmt.Errorf("no control socket under %s/run/docker/plugins", root)
+		t.Fatalf("no control socket under %s/run/docker/plugins", root)
 	}
-	args := []string{"status", "--format", "json", "--socket", "control.sock"}
-	if vol != "" {
-		args = append(args, vol)
+	dir, err := os.MkdirTemp("", "bsctl")
+	if err != nil {
+		t.Fatal(err)
 	}
-	cmd := exec.Command(fmt.Sprintf("/proc/%d/exe", pid), args...)
-	cmd.Dir = filepath.Dir(socks[0])
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	link := filepath.Join(dir, "c")
+	if err := os.Symlink(socks[0], link); err != nil {
+		t.Fatal(err)
+	}
+	return link
 }

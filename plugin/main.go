@@ -18,13 +18,24 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/bindstate/bindstate/plugin/control"
 	"github.com/bindstate/bindstate/plugin/hostpath"
+	"github.com/bindstate/bindstate/plugin/internal/logwriter"
 )
 
 // version is set at build time: -ldflags "-X main.version=..."
 var version = "dev"
+
+// The log's queue for stderr: 1 MiB is some 5,000 records, a long outage's
+// worth; past it records are dropped (and counted) rather than waited for.
+// At stop the queue gets a few seconds to reach stderr, not for ever: a
+// plugin stopping while nobody reads its output must still stop.
+var (
+	logQueueLimit   = 1 << 20
+	logFlushTimeout = 3 * time.Second
+)
 
 func main() {
 	args := os.Args[1:]
@@ -65,9 +76,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "bindstate: invalid configuration:\n%v\n", err)
 		return 2
 	}
-	// Every record also goes to a ring buffer, for bindstate logs.
+	// Every record also goes to a ring buffer, for bindstate logs. stderr
+	// is written from a queue of its own: while the Docker daemon is down
+	// nobody reads it, and a log line must not hold up a container's
+	// syscall (package logwriter).
 	ring := control.NewRing(control.DefaultRingSize)
-	log := slog.New(ring.Handler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel})))
+	out := logwriter.New(stderr, logQueueLimit)
+	defer out.Flush(logFlushTimeout)
+	log := slog.New(ring.Handler(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: cfg.LogLevel})))
 	slog.SetDefault(log)
 	if err := serve(ctx, cfg, log, ring); err != nil {
 		log.Error("bindstate stopped", "err", err)

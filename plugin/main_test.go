@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -79,7 +80,7 @@ func servePlugin(t *testing.T, e map[string]string, logs io.Writer) (client *htt
 			return -1
 		}
 	}
-	client = &http.Client{Transport: &http.Transport{
+	client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 		},
@@ -248,4 +249,86 @@ func TestServingPluginRaisesCPUsForShareWork(t *testing.T) {
 	if code := stop(); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
+}
+
+// A plugin whose stderr nobody reads (the Docker daemon is down: the shim
+// holds the fifo open but does not read it) serves on: its log is queued
+// and, past the queue's limit, dropped and counted, never waited for. It
+// still stops, and what it kept reaches stderr once read, with a notice of
+// how many records were dropped.
+func TestAPluginWhoseOutputNobodyReadsServesOnAndStops(t *testing.T) {
+	limit := logQueueLimit
+	logQueueLimit = 16 << 10
+	t.Cleanup(func() { logQueueLimit = limit })
+	dir := t.TempDir()
+	unread, stderr := io.Pipe() // a Write blocks until read, as a full pipe does
+	client, stop := servePlugin(t, map[string]string{
+		"STATE_DIR":   filepath.Join(dir, "state"),
+		"SOCKET_NAME": filepath.Join(dir, "run", "bindstate.sock"),
+	}, stderr)
+	// Each Create and Remove logs a record: 400 of them, past the limit.
+	for i := range 200 {
+		for _, req := range []string{
+			fmt.Sprintf(`Create {"Name":"v%d","Opts":{"source":"/home/me/p%d","state":"cached"}}`, i, i),
+			fmt.Sprintf(`Remove {"Name":"v%d"}`, i),
+		} {
+			method, body, _ := strings.Cut(req, " ")
+			resp, err := client.Post("http://plugin/VolumeDriver."+method, "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatalf("%s, with nobody reading the plugin's output: %v", req, err)
+			}
+			var out struct{ Err string }
+			err = json.NewDecoder(resp.Body).Decode(&out)
+			resp.Body.Close()
+			if err != nil || out.Err != "" {
+				t.Fatalf("%s: %v %s", req, err, out.Err)
+			}
+		}
+	}
+	if code := stop(); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+
+	// Read what it kept: the records in order, and where some were
+	// dropped, a notice of how many. Kept and dropped, they are every
+	// record logged: at least the 400 of the Creates and Removes.
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(unread)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var first string
+	kept, dropped, notices := 0, 0, 0
+	for kept+dropped < 400 || notices == 0 {
+		var line string
+		select {
+		case line = <-lines:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d records read and %d said dropped (%d notices), then nothing; want at least 400 in all and a notice", kept, dropped, notices)
+		}
+		var rec struct {
+			Msg     string
+			Dropped int
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %q", line)
+		}
+		if rec.Dropped > 0 {
+			dropped += rec.Dropped
+			notices++
+			continue
+		}
+		if kept == 0 {
+			first = rec.Msg
+		}
+		kept++
+	}
+	if first != "bindstate serving" || kept < 10 {
+		t.Fatalf("%d records kept, the first %q; want the first records from the start", kept, first)
+	}
+	t.Logf("%d records kept, %d dropped (%d notices)", kept, dropped, notices)
+	unread.Close()
 }
