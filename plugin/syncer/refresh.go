@@ -157,6 +157,7 @@ func (r *Refresher) Run(ctx context.Context) {
 		took  time.Duration
 		dirs  int
 	}
+	failures := failureReport{log: r.log, repeat: failureRepeat}
 	r.mu.Lock()
 	watching := r.watched != nil // before any look: only a new volume's
 	r.mu.Unlock()
@@ -187,8 +188,8 @@ func (r *Refresher) Run(ctx context.Context) {
 			stats, err = r.Scan(ctx)
 			last.start, last.took, last.dirs = start, time.Since(start), stats.Dirs
 		}
-		if err != nil && ctx.Err() == nil {
-			r.log.Warn("host refresh failed", "kind", kind, "err", err)
+		if ctx.Err() == nil {
+			failures.look(time.Now(), kind, err)
 		}
 		r.log.Debug("host refresh", "kind", kind, "took", time.Since(start), "checked", stats.Checked,
 			"files", stats.Files, "dirs", stats.Dirs, "unchanged", stats.Unchanged, "changes", stats.Applied)
