@@ -36,6 +36,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/internal/sidebyside"
 )
 
 // ErrEscape is wrapped by errors for paths that would leave the Root
@@ -51,9 +53,10 @@ const resolveBeneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RE
 // before Close finishes on the directory, and one that begins after it
 // fails with ErrClosed.
 type Root struct {
-	dir     string   // host path of the directory, for messages
-	fd      int      // O_PATH|O_DIRECTORY fd of the directory; closed once Close was called and no operation uses it
-	parents *parents // directories kept open between operations (nil: none; see KeepParents)
+	dir     string          // host path of the directory, for messages
+	fd      int             // O_PATH|O_DIRECTORY fd of the directory; closed once Close was called and no operation uses it
+	parents *parents        // directories kept open between operations (nil: none; see KeepParents)
+	pace    sidebyside.Pace // how its lstats go: one after the other or side by side (Stats)
 
 	// kind is what file system the directory is on (ServedByProcess),
 	// found at the first question: only attribute changes on a source
@@ -562,7 +565,7 @@ func (r *Root) ReadDir(rel string) ([]Entry, error) {
 	for i, n := range names {
 		byName[i] = n.Name
 	}
-	sts, errs := lstatEach(fd, byName)
+	sts, errs := r.lstatEach(fd, byName)
 	entries := make([]Entry, 0, len(names))
 	for i, name := range byName {
 		switch err := errs[i]; {
@@ -595,7 +598,7 @@ func (r *Root) ReadDirTypes(rel string) ([]DirEntry, error) {
 		return nil, err
 	}
 	defer unix.Close(fd)
-	entries, failed, err := statUntyped(fd, entries)
+	entries, failed, err := r.statUntyped(fd, entries)
 	if err != nil {
 		return nil, r.pathErr("lstat", joinRel(c, failed), err)
 	}
@@ -607,7 +610,7 @@ func (r *Root) ReadDirTypes(rel string) ([]DirEntry, error) {
 // without a type (DT_UNKNOWN: some file systems never give one) their type
 // and inode number from an lstat, and leaves out those gone since. On an
 // error it returns the name of the entry that failed.
-func statUntyped(fd int, entries []DirEntry) ([]DirEntry, string, error) {
+func (r *Root) statUntyped(fd int, entries []DirEntry) ([]DirEntry, string, error) {
 	var untyped []int // indices in entries
 	var names []string
 	for i, e := range entries {
@@ -618,7 +621,7 @@ func statUntyped(fd int, entries []DirEntry) ([]DirEntry, string, error) {
 	if len(untyped) == 0 {
 		return entries, "", nil
 	}
-	sts, errs := lstatEach(fd, names)
+	sts, errs := r.lstatEach(fd, names)
 	gone := make(map[int]bool)
 	for k, i := range untyped {
 		switch err := errs[k]; {

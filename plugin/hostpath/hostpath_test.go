@@ -649,7 +649,7 @@ func TestReadDirTypesStatsEntriesWithoutAType(t *testing.T) {
 	fd, err := unix.Open(f.p("d"), unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	mustNil(t, err)
 	defer unix.Close(fd)
-	got, failed, err := statUntyped(fd, []DirEntry{{Name: "file"}, {Name: "gone"}, {Name: "sub"}, {Name: "link", Ino: 7, Type: unix.S_IFIFO}})
+	got, failed, err := new(Root).statUntyped(fd, []DirEntry{{Name: "file"}, {Name: "gone"}, {Name: "sub"}, {Name: "link", Ino: 7, Type: unix.S_IFIFO}})
 	if err != nil {
 		t.Fatalf("statUntyped: %s: %v", failed, err)
 	}

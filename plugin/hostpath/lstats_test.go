@@ -75,3 +75,44 @@ func TestAListingOfAFarDirectoryStatsItsEntriesSideBySide(t *testing.T) {
 		})
 	}
 }
+
+// A Root keeps its pace from one listing to the next: after a listing whose
+// lstats were round trips, a small directory's (three entries, which alone
+// would go one after the other) overlap after the first.
+func TestARootKeepsItsPaceFromListingToListing(t *testing.T) {
+	backing, mnt := t.TempDir(), t.TempDir()
+	mustMkdir(t, filepath.Join(backing, "big"))
+	mustMkdir(t, filepath.Join(backing, "small"))
+	for _, p := range []string{"big/f00", "big/f01", "big/f02", "big/f03", "big/f04", "big/f05", "big/f06", "big/f07", "small/a", "small/b", "small/c"} {
+		mustWrite(t, filepath.Join(backing, p), p)
+	}
+	share := testshare.MountFar(t, mnt, backing, time.Millisecond, false)
+	share.SetFar(true)
+	listSmall := func(r *Root) int32 {
+		share.ResetMost()
+		ents, err := r.ReadDir("small")
+		if err != nil || len(ents) != 3 {
+			t.Fatalf("ReadDir small: %v, %v", ents, err)
+		}
+		return share.Most()
+	}
+	fresh, err := Open(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if most := listSmall(fresh); most != 1 {
+		t.Fatalf("a small directory listed first: at most %d lstats under way at once, want 1 (three round trips before any overlap)", most)
+	}
+	r, err := Open(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if _, err := r.ReadDir("big"); err != nil {
+		t.Fatal(err)
+	}
+	if most := listSmall(r); most < 2 {
+		t.Fatalf("a small directory listed after a big one's round trips: at most %d lstats under way at once, want 2 (after the first)", most)
+	}
+}

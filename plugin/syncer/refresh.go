@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bindstate/bindstate/plugin/hostpath"
-	"github.com/bindstate/bindstate/plugin/internal/sidebyside"
 	"github.com/bindstate/bindstate/plugin/store"
 )
 
@@ -372,14 +371,14 @@ type hostStat struct {
 
 // lstatAll lstats rels on the host and returns the results in the order of
 // rels. Over a share where each lstat is a round trip they go side by side
-// (sidebyside.Stats): one after the other they made a check of N watched
+// (hostpath.Root.Stats): one after the other they made a check of N watched
 // directories N round trips long, and the next check waits nine times that
 // (checkDutyCycle), so that over sshfs without caches and 2 ms added to each
 // round trip checks of 901 directories came ~85 s apart, now ~14 s. Once
 // ctx ends, the rels not stat'ed yet are skipped.
 func (r *Refresher) lstatAll(ctx context.Context, rels []string) []hostStat {
 	out := make([]hostStat, len(rels))
-	sidebyside.Stats(len(rels), func(i int) {
+	r.store.Host().Stats(len(rels), func(i int) {
 		if ctx.Err() != nil {
 			out[i].skipped = true
 			return

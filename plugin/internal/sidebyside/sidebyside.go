@@ -11,19 +11,39 @@ import (
 	"time"
 )
 
-// Stats runs the lstats fn(0) .. fn(n-1) of a listing or of a host check:
-// 8 at a time once three in a row took over 200 µs, that is once they show
-// they are round trips. Over a share that keeps no attributes (9p, as WSL2
-// mounts Windows folders; virtiofs or NFS without attribute caching; sshfs
-// with its caches off) each lstat is one, and one after the other N of them
-// took N: over sshfs without caches and 2 ms added to each round trip, a
-// host check of 901 directories took 9.2-9.5 s, 1.5-1.8 s side by side.
-// Answered from a cache (a local disk; sshfs's attribute cache, tens of
-// microseconds through FUSE) they stay one after the other: on a small
-// machine the goroutines' switches cost more than they overlap (a cold
-// `git status` over sshfs on 2 CPUs was 13-16% slower when any lstat over
-// 50 µs set them going). contrib/bench/README.md, "Host stats side by side".
-func Stats(n int, fn func(i int)) { Do(n, statsAtOnce, roundTrip, fn) }
+// Pace runs the lstats of a listing or of a host check on one file system
+// (fn(0) .. fn(n-1), Stats): 8 at a time once they show they are round
+// trips. Over a share that keeps no attributes (9p, as WSL2 mounts Windows
+// folders; virtiofs or NFS without attribute caching; sshfs with its caches
+// off) each lstat is one, and one after the other N of them took N: over
+// sshfs without caches and 2 ms added to each round trip, a host check of
+// 901 directories took 9.2-9.5 s, 1.5-1.8 s side by side. Answered from a
+// cache (a local disk; sshfs's attribute cache, tens of microseconds
+// through FUSE) they stay one after the other: on a small machine the
+// goroutines' switches cost more than they overlap (a cold `git status`
+// over sshfs on 2 CPUs was 13-16% slower when any lstat over 50 µs set them
+// going). contrib/bench/README.md, "Host stats side by side".
+//
+// A call shows it is a round trip by taking over 200 µs; three in a row
+// set the rest of a run side by side. Pace remembers whether the last run
+// went side by side, and if it did, one call that is a round trip is
+// enough for the next: a sweep, or a container's first walk, lists one
+// directory after another, most of them small, and each paid three round
+// trips one after the other before the rest overlapped. That one call is
+// made alone, not among others, so a busy machine does not pass for a far
+// share: a quick one turns the Pace back to three in a row. The zero Pace
+// wants three.
+type Pace struct {
+	far atomic.Bool // the last run went side by side
+}
+
+// Stats calls fn(i) for every i in [0, n), as Pace says, and returns when
+// all have returned.
+func (p *Pace) Stats(n int, fn func(i int)) {
+	if n > 0 {
+		p.far.Store(run(n, statsAtOnce, roundTrip, p.far.Load(), fn))
+	}
+}
 
 const (
 	statsAtOnce = 8                      // lstats in flight, at most
@@ -39,20 +59,30 @@ const slowInARow = 3
 // slowInARow calls in a row took longer than quick, then the rest up to
 // atOnce at a time. It returns when all have returned. Indices are handed
 // out in order.
-func Do(n, atOnce int, quick time.Duration, fn func(i int)) {
-	i, slow := 0, 0
-	for i < n && slow < slowInARow {
+func Do(n, atOnce int, quick time.Duration, fn func(i int)) { run(n, atOnce, quick, false, fn) }
+
+// run is Do, with one slow call enough (not slowInARow in a row) if far
+// until a call is quick. It reports whether the calls showed they were
+// round trips (and so the rest, if any, went side by side).
+func run(n, atOnce int, quick time.Duration, far bool, fn func(i int)) (roundTrips bool) {
+	need := slowInARow
+	if far {
+		need = 1
+	}
+	i, inARow := 0, 0
+	for i < n && inARow < need {
 		start := time.Now()
 		fn(i)
 		i++
 		if time.Since(start) > quick {
-			slow++
+			inARow++
 		} else {
-			slow = 0
+			inARow, need = 0, slowInARow
 		}
 	}
+	roundTrips = inARow >= need
 	if i >= n {
-		return
+		return roundTrips
 	}
 	var next atomic.Int64
 	next.Store(int64(i))
@@ -69,4 +99,5 @@ func Do(n, atOnce int, quick time.Duration, fn func(i int)) {
 		})
 	}
 	wg.Wait()
+	return roundTrips
 }

@@ -48,3 +48,43 @@ func TestDoGoesSideBySideOnceACallIsSlow(t *testing.T) {
 		})
 	}
 }
+
+// A Pace whose last run went side by side needs one round trip, not three,
+// before the rest of the next run does; a quick call turns it back to three.
+func TestAPaceRemembersThatTheCallsWereRoundTrips(t *testing.T) {
+	var p Pace
+	// run makes n calls, each a round trip (20 ms) if slow, and reports
+	// for each call but the last whether the next began before it ended.
+	run := func(n int, slow bool) string {
+		type span struct{ start, end time.Time }
+		spans := make([]span, n)
+		p.Stats(n, func(i int) {
+			spans[i].start = time.Now()
+			if slow {
+				time.Sleep(20 * time.Millisecond)
+			}
+			spans[i].end = time.Now()
+		})
+		var overlapped string
+		for i := range n - 1 {
+			overlapped += map[bool]string{false: "-", true: "x"}[spans[i+1].start.Before(spans[i].end)]
+		}
+		return overlapped
+	}
+	for _, step := range []struct {
+		what string
+		n    int
+		slow bool
+		want string // per call but the last: x if the next overlapped it
+	}{
+		{"the first run: three round trips one after the other, then side by side", 6, true, "---xx"},
+		{"the next: one round trip, then side by side", 6, true, "-xxxx"},
+		{"a small listing: one round trip, then side by side", 3, true, "-x"},
+		{"calls that are quick again: one after the other", 6, false, "-----"},
+		{"round trips again: three first, as at the start", 6, true, "---xx"},
+	} {
+		if got := run(step.n, step.slow); got != step.want {
+			t.Fatalf("%s: %s, want %s (x: the next call began before this one ended)", step.what, got, step.want)
+		}
+	}
+}
