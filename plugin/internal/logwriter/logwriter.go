@@ -13,9 +13,9 @@
 // down would do it.
 //
 // Writer queues each record and writes it out from a goroutine of its own.
-// Past a limit of bytes queued, it drops records and counts them, and once
-// it is written out again, says in a record of its own how many were
-// dropped, where they were. The records go to the control socket's ring
+// Past a limit of bytes queued, it drops records and counts them, and says
+// in a record of its own how many were dropped, where they were: before the
+// next record kept, or once it has caught up with its output. The records go to the control socket's ring
 // too (bindstate logs), which drops nothing but the oldest.
 package logwriter
 
@@ -125,6 +125,12 @@ func (w *Writer) run() {
 		w.mu.Lock()
 		w.queued -= n
 		w.writing = false
+		if len(w.queue) == 0 && w.dropped > 0 {
+			// Caught up: whatever was dropped came after all that was
+			// written. Say so now, not at the next record, which may be
+			// long in coming.
+			w.noteDropped()
+		}
 		if len(w.queue) > 0 {
 			select {
 			case w.wake <- struct{}{}:

@@ -139,3 +139,20 @@ func TestTheLimitIsOnWhatWaits(t *testing.T) {
 		t.Fatalf("%d records written, want all 50 and nothing dropped:\n%s", got, out.String())
 	}
 }
+
+// Once the output is read again and the queue written out, the notice of
+// what was dropped follows at once: no later record, no Flush needed.
+func TestANoticeFollowsOnceTheOutputIsReadAgain(t *testing.T) {
+	out := newGate()
+	w := New(out, 10)
+	writeAll(t, w, []string{"a\n", "b\n", strings.Repeat("c", 20) + "\n"})
+	close(out.open)
+	for start := time.Now(); len(out.lines()) < 3; time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("output %q, 10 s after it was read again; want a, b, then a notice of 1 dropped", out.lines())
+		}
+	}
+	if lines := out.lines(); lines[0] != "a" || lines[1] != "b" || dropped(t, lines[2]) != 1 {
+		t.Fatalf("output %q; want a, b, then a notice of 1 dropped", lines)
+	}
+}
