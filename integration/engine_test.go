@@ -559,7 +559,7 @@ func TestEngine_D4_ExitWhileDaemonDown(t *testing.T) {
 			})
 			pid, err := strconv.Atoi(d.Docker(t, "inspect", "-f", "{{.State.Pid}}", id))
 			if err != nil || pid <= 0 {
-				t.Fatalf("the container's pid: %q, %v", pid, err)
+				t.Fatalf("the container's pid: %d, %v", pid, err)
 			}
 
 			// Kill the daemon, let the container write, start the daemon again.
