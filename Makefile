@@ -114,8 +114,12 @@ test-unit: ## unit tests of the plugin packages, the share's delay line and the 
 	$(GO) test $(GOFLAGS_PLUGIN) $(GOTEST_FLAGS) -race -count=1 ./plugin/... ./contrib/delayline ./integration/harness
 
 .PHONY: vet
+# The engine tests build only with -tags engine (make test-engine): vetted
+# with it too, so that a mistake there shows here and not after the engine
+# is built.
 vet: ## go vet and gofmt
-	$(GO) vet $(GOFLAGS_PLUGIN) ./plugin/... ./contrib/delayline ./integration/harness
+	$(GO) vet $(GOFLAGS_PLUGIN) ./plugin/... ./contrib/delayline ./integration/...
+	$(GO) vet $(GOFLAGS_PLUGIN) -tags engine ./integration/
 	@out=$$(gofmt -l plugin integration contrib 2>/dev/null); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
 
 .PHONY: demo

@@ -563,10 +563,9 @@ func TestEngine_D4_ExitWhileDaemonDown(t *testing.T) {
 			}
 
 			// Kill the daemon, let the container write, start the daemon again.
-			if err := syscall.Kill(d.Pid(), syscall.SIGKILL); err != nil {
+			if err := d.Kill(); err != nil {
 				t.Fatal(err)
 			}
-			d.Stop() // reaps it
 			if err := os.WriteFile(filepath.Join(ctl, "go"), nil, 0o644); err != nil {
 				t.Fatal(err)
 			}

@@ -543,10 +543,9 @@ func TestFault_DaemonDown_ThePluginNeverWaitsForItsLog(t *testing.T) {
 	ctl := controlSocket(t, pid)
 
 	off := d.LogSize()
-	if err := syscall.Kill(d.Pid(), syscall.SIGKILL); err != nil {
+	if err := d.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	d.Stop() // reaps it
 	t.Cleanup(func() {
 		if d.Pid() == 0 {
 			if err := d.Start(); err != nil {

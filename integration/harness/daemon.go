@@ -216,6 +216,44 @@ func (d *Daemon) Stop() error {
 	return err
 }
 
+// Kill kills the daemon as a crash would (SIGKILL: no shutdown; the shims,
+// their containers and managed plugins live on), and waits until the
+// containerd it started is gone too, as it goes with the daemon
+// (Pdeathsig): a daemon started while that containerd is still dying finds
+// its pid alive, waits for its socket and gives up ("timeout waiting for
+// containerd to start"), as Debian's docker.io did in a test that started
+// it at once.
+func (d *Daemon) Kill() error {
+	if d.pid == 0 {
+		return nil
+	}
+	var containerd []int
+	for _, k := range descendants(d.pid) {
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", k)); strings.TrimSpace(string(comm)) == "containerd" {
+			containerd = append(containerd, k)
+		}
+	}
+	if err := syscall.Kill(d.pid, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill dockerd (pid %d): %w", d.pid, err)
+	}
+	<-d.waited
+	d.pid = 0
+	for _, p := range containerd {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			_, err := os.Stat(fmt.Sprintf("/proc/%d", p))
+			if os.IsNotExist(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the killed daemon's containerd (pid %d) still there after 60 s", p)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
 // Restart stops and starts the daemon, keeping its state.
 func (d *Daemon) Restart() error {
 	if err := d.Stop(); err != nil {
