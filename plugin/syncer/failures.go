@@ -6,15 +6,14 @@ import (
 )
 
 // failureReport says a run of failed looks without a record for each: the
-// first failure, then at most one record per repeat with how many looks have
+// first failure, then at most one record a minute with how many looks have
 // failed since the run began, and a record when a look works again. A share
 // that is gone fails every check, once a rescan interval, for as long as it
 // is gone: a record each time said nothing new, buried the rest of the log
 // (bindstate logs keeps the latest 2,000 records), and filled the plugin's
 // output while nobody read it (package logwriter).
 type failureReport struct {
-	log    *slog.Logger
-	repeat time.Duration // at most one record this often during a run of failures
+	log *slog.Logger
 
 	failed int       // looks failed since the last that worked
 	since  time.Time // when the first of them failed
@@ -37,7 +36,7 @@ func (f *failureReport) look(now time.Time, kind string, err error) {
 		f.log.Warn("host refresh failed", "kind", kind, "err", err)
 	default:
 		f.failed++
-		if now.Sub(f.said) >= f.repeat {
+		if now.Sub(f.said) >= failureRepeat {
 			f.said = now
 			f.log.Warn("host refresh still failing", "kind", kind, "err", err, "failed_looks", f.failed,
 				"failing_for", now.Sub(f.since).Round(time.Millisecond).String())

@@ -31,7 +31,7 @@ func (h records) WithGroup(string) slog.Handler      { return h }
 // and one when they work again: not one per look.
 func TestARunOfFailedLooksIsSaidOnceAMinute(t *testing.T) {
 	var got []string
-	f := failureReport{log: slog.New(records{&got}), repeat: time.Minute}
+	f := failureReport{log: slog.New(records{&got})}
 	gone := errors.New("lstat d: transport endpoint is not connected")
 	start := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return start.Add(time.Duration(s) * time.Second) }

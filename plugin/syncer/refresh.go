@@ -156,7 +156,7 @@ func (r *Refresher) Run(ctx context.Context) {
 		took  time.Duration
 		dirs  int
 	}
-	failures := failureReport{log: r.log, repeat: failureRepeat}
+	failures := failureReport{log: r.log}
 	r.mu.Lock()
 	watching := r.watched != nil // before any look: only a new volume's
 	r.mu.Unlock()
@@ -378,12 +378,13 @@ type hostStat struct {
 // ctx ends, the rels not stat'ed yet are skipped.
 func (r *Refresher) lstatAll(ctx context.Context, rels []string) []hostStat {
 	out := make([]hostStat, len(rels))
-	r.store.Host().Stats(len(rels), func(i int) {
+	host := r.store.Host()
+	host.Stats(len(rels), func(i int) {
 		if ctx.Err() != nil {
 			out[i].skipped = true
 			return
 		}
-		out[i].st, out[i].err = r.store.Host().Lstat(rels[i])
+		out[i].st, out[i].err = host.Lstat(rels[i])
 	})
 	return out
 }

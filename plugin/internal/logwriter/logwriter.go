@@ -20,8 +20,9 @@
 package logwriter
 
 import (
-	"encoding/json"
+	"bytes"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -143,14 +144,11 @@ func (w *Writer) run() {
 	}
 }
 
-// dropNotice is a record in the JSON handler's layout saying that n
-// records were dropped where it stands.
+// dropNotice is a record saying that n records were dropped where it
+// stands, made by the JSON handler the plugin logs with (its layout, not a
+// copy of it).
 func dropNotice(n int) []byte {
-	b, _ := json.Marshal(struct {
-		Time    time.Time `json:"time"`
-		Level   string    `json:"level"`
-		Msg     string    `json:"msg"`
-		Dropped int       `json:"dropped"`
-	}{time.Now(), "WARN", "log records dropped here: nobody was reading the plugin's output (is the Docker daemon down?); bindstate logs has the latest", n})
-	return append(b, '\n')
+	var b bytes.Buffer
+	slog.New(slog.NewJSONHandler(&b, nil)).Warn("log records dropped here: nobody was reading the plugin's output (is the Docker daemon down?); bindstate logs has the latest", "dropped", n)
+	return b.Bytes()
 }

@@ -55,15 +55,12 @@ const (
 // page fault, a cache miss; a few in a row are the round trips.
 const slowInARow = 3
 
-// Do calls fn(i) for every i in [0, n): one after the other until
-// slowInARow calls in a row took longer than quick, then the rest up to
-// atOnce at a time. It returns when all have returned. Indices are handed
-// out in order.
-func Do(n, atOnce int, quick time.Duration, fn func(i int)) { run(n, atOnce, quick, false, fn) }
-
-// run is Do, with one slow call enough (not slowInARow in a row) if far
-// until a call is quick. It reports whether the calls showed they were
-// round trips (and so the rest, if any, went side by side).
+// run calls fn(i) for every i in [0, n): one after the other until
+// slowInARow calls in a row took longer than quick (one, if far, until a
+// call is quick), then the rest up to atOnce at a time, indices handed out
+// in order. It returns when all have returned, and reports whether the
+// calls showed they were round trips (and so the rest, if any, went side by
+// side).
 func run(n, atOnce int, quick time.Duration, far bool, fn func(i int)) (roundTrips bool) {
 	need := slowInARow
 	if far {

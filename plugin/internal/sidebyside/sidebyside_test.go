@@ -10,7 +10,7 @@ import (
 // Every index is called once; calls that each take longer than quick go up
 // to atOnce at a time after the first, and calls within quick one after the
 // other.
-func TestDoGoesSideBySideOnceACallIsSlow(t *testing.T) {
+func TestRunGoesSideBySideOnceACallIsSlow(t *testing.T) {
 	for _, c := range []struct {
 		name     string
 		quick    time.Duration
@@ -24,7 +24,7 @@ func TestDoGoesSideBySideOnceACallIsSlow(t *testing.T) {
 			var mu sync.Mutex
 			calls := make(map[int]int)
 			var inFlight, most atomic.Int32
-			Do(n, atOnce, c.quick, func(i int) {
+			run(n, atOnce, c.quick, false, func(i int) {
 				k := inFlight.Add(1)
 				for m := most.Load(); k > m && !most.CompareAndSwap(m, k); m = most.Load() {
 				}
