@@ -4,11 +4,16 @@ package frontend
 // directly (as rig does) with its state dir on a small tmpfs.
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +22,7 @@ import (
 	"github.com/bindstate/bindstate/plugin/consistency"
 	"github.com/bindstate/bindstate/plugin/driver"
 	"github.com/bindstate/bindstate/plugin/hostpath"
+	"github.com/bindstate/bindstate/plugin/internal/logrepeat"
 	"github.com/bindstate/bindstate/plugin/internal/testenv"
 )
 
@@ -31,19 +37,7 @@ func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 func TestD4_Fault_StoreDiskFull(t *testing.T) {
 	for _, st := range storeStates {
 		t.Run(st.String(), func(t *testing.T) {
-			testenv.RequireFUSE(t)
-			base := t.TempDir()
-			host := filepath.Join(base, "host")
-			state := filepath.Join(base, "state")
-			for _, d := range []string{host, state} {
-				if err := os.Mkdir(d, 0o755); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := unix.Mount("tmpfs", state, "tmpfs", 0, "size=6m"); err != nil {
-				t.Skipf("tmpfs: %v", err)
-			}
-			t.Cleanup(func() { unix.Unmount(state, unix.MNT_DETACH) })
+			base, host, state := smallStoreDirs(t)
 			o := New(Config{StateDir: state, MountRoot: filepath.Join(base, "mnt"),
 				Policy: hostpath.Policy{AllowedRoots: []string{base}}, Log: testLogger(t)})
 			spec := driver.FrontSpec{Key: "full-" + st.String(), Source: host, State: st, Opts: map[string]string{"rescan": "1h"}}
@@ -141,6 +135,27 @@ func TestD4_Fault_StoreDiskFull(t *testing.T) {
 	}
 }
 
+// smallStoreDirs makes a test's base directory with a host folder in it
+// and a state directory on a 6 MiB tmpfs of its own (until the test ends),
+// for a store that fills up.
+func smallStoreDirs(t *testing.T) (base, host, state string) {
+	t.Helper()
+	testenv.RequireFUSE(t)
+	base = t.TempDir()
+	host = filepath.Join(base, "host")
+	state = filepath.Join(base, "state")
+	for _, d := range []string{host, state} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Mount("tmpfs", state, "tmpfs", 0, "size=6m"); err != nil {
+		t.Skipf("tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(state, unix.MNT_DETACH) })
+	return base, host, state
+}
+
 // waitStoreSpace waits until the file system of dir has at least free
 // bytes free, for up to 10 s.
 func waitStoreSpace(t *testing.T, dir string, free uint64) {
@@ -156,5 +171,119 @@ func waitStoreSpace(t *testing.T, dir string, free uint64) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the store has %d bytes free 10 s after the big file's removal, want %d", fs.Bavail*uint64(fs.Bsize), free)
 		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer for a log handler that goroutines share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// records are the JSON records written so far with message msg.
+func (l *lockedBuffer) records(t *testing.T, msg string) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for line := range strings.Lines(l.b.String()) {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if rec["msg"] == msg {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// rule D4 with a full store, reading: a host file the container has not
+// read yet, whose content the full store cannot take, is read from the
+// host itself, whole and right, and the log says so. Not once per file: a
+// build reading a tree while the store's disk is full would write a record
+// per file and bury the rest of the log, so the first records are said in
+// full and one more counts the rest, at the unmount at the latest.
+func TestD4_Fault_AFullStoreServesReadsFromTheHostWithoutALogRecordEach(t *testing.T) {
+	const files = 60
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			base, host, state := smallStoreDirs(t)
+			if err := os.Mkdir(filepath.Join(host, "src"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]string{}
+			for i := range files {
+				name := fmt.Sprintf("src/f%02d.go", i)
+				want[name] = strings.Repeat(fmt.Sprintf("package f%02d // ", i), 500)
+				writeFile(t, filepath.Join(host, name), want[name])
+			}
+			out := &lockedBuffer{}
+			o := New(Config{StateDir: state, MountRoot: filepath.Join(base, "mnt"),
+				Policy: hostpath.Policy{AllowedRoots: []string{base}}, Log: slog.New(slog.NewJSONHandler(out, nil))})
+			spec := driver.FrontSpec{Key: "full-reads-" + st.String(), Source: host, State: st, Opts: map[string]string{"rescan": "1h"}}
+			f, err := o.Open(context.Background(), spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &rig{host: host, mnt: f.Mountpoint(), front: f, o: o, spec: spec}
+			closed := false
+			t.Cleanup(func() {
+				if !closed {
+					stopRig(t, r)
+				}
+			})
+			if _, err := os.ReadDir(r.mntPath("src")); err != nil { // listed: stubs, no content yet
+				t.Fatal(err)
+			}
+			fill, err := os.Create(r.mntPath("fill"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			chunk := make([]byte, 256<<10)
+			for i := 0; ; i++ {
+				if _, err = fill.Write(chunk); err != nil || i == 64 {
+					break
+				}
+			}
+			fill.Close()
+			if !errors.Is(err, unix.ENOSPC) {
+				t.Fatalf("filling a 6 MiB store: %v; want ENOSPC", err)
+			}
+
+			for name, content := range want {
+				if got := readFile(t, r.mntPath(name)); got != content {
+					t.Fatalf("%s read with the store full: %d bytes, want the host's %d", name, len(got), len(content))
+				}
+			}
+			const msg = "the local store is full: reading from the host"
+			full := out.records(t, msg)
+			if len(full) == 0 || len(full) > logrepeat.DefaultBurst {
+				t.Fatalf("%d records %q for %d files read from the host; want 1 to %d", len(full), msg, files, logrepeat.DefaultBurst)
+			}
+			for _, rec := range full {
+				if _, ok := want[fmt.Sprint(rec["path"])]; !ok || rec["repeated"] != nil {
+					t.Fatalf("a record in full names no file read, or counts repeats: %v", rec)
+				}
+			}
+			stopRig(t, r)
+			closed = true
+			all := out.records(t, msg)
+			held := 0
+			if n := len(all) - len(full); n == 1 {
+				held = int(all[len(all)-1]["repeated"].(float64))
+			} else if n != 0 {
+				t.Fatalf("%d records after the first %d; want one that counts the rest", n, len(full))
+			}
+			if len(full)+held != files {
+				t.Fatalf("%d records in full and %d counted for %d files read from the host: %v", len(full), held, files, all)
+			}
+		})
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
+	"github.com/bindstate/bindstate/plugin/internal/logrepeat"
 	"github.com/bindstate/bindstate/plugin/store"
 )
 
@@ -75,8 +76,11 @@ func New(st *store.Store, mountpoint string, o Options) (*Mount, error) {
 	if err != nil {
 		return nil, err
 	}
-	fsys := &filesystem{store: st, log: o.Log, passthrough: !o.NoPassthrough, attrTimeout: o.AttrTimeout,
-		restat: newRestater(mountpoint), opened: o.Opened}
+	// What a container can make fail at will, it can make the plugin log
+	// at will: its records are limited (logrepeat).
+	repeats := logrepeat.New(o.Log.Handler())
+	fsys := &filesystem{store: st, log: slog.New(repeats), repeats: repeats, passthrough: !o.NoPassthrough,
+		attrTimeout: o.AttrTimeout, restat: newRestater(mountpoint), opened: o.Opened}
 	root := &node{fs: fsys}
 	timeout := o.AttrTimeout
 	opts := &fs.Options{
@@ -149,6 +153,7 @@ func (m *Mount) Unmount() error {
 	select {
 	case <-done:
 		m.root.fs.releaseLeftover()
+		m.root.fs.repeats.Close() // no request comes any more: say the repeats held back
 		return nil
 	case <-time.After(detachedWait):
 		return &os.PathError{Op: "unmount", Path: m.mountpoint,
@@ -194,7 +199,8 @@ func (m *Mount) Invalidate(rel string, content, entry bool) {
 // filesystem is what all nodes of one mount share.
 type filesystem struct {
 	store       *store.Store
-	log         *slog.Logger
+	log         *slog.Logger       // limits repeats: a container causes its records (see New)
+	repeats     *logrepeat.Handler // log's handler
 	passthrough bool
 	attrTimeout time.Duration // Options.AttrTimeout
 	restat      *restater

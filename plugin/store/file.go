@@ -111,7 +111,7 @@ func (s *Store) Open(ctx context.Context, rel string, flags int, relNow func() (
 				// The store is full: the host file itself serves this
 				// reader, as it is what the stub stands for.
 				if hf, herr := s.host.OpenFile(rel, unix.O_RDONLY, 0); herr == nil {
-					s.log.Warn("the local store is full: reading from the host", "path", rel, "err", err)
+					s.readerLog.Warn("the local store is full: reading from the host", "path", rel, "err", err)
 					f.local = hf
 					f.localIsHost = true
 					return f, nil

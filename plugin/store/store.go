@@ -38,6 +38,7 @@ import (
 
 	"github.com/bindstate/bindstate/plugin/consistency"
 	"github.com/bindstate/bindstate/plugin/hostpath"
+	"github.com/bindstate/bindstate/plugin/internal/logrepeat"
 	"github.com/bindstate/bindstate/plugin/journal"
 	"github.com/bindstate/bindstate/plugin/writeback"
 )
@@ -113,6 +114,11 @@ type Store struct {
 	log             *slog.Logger
 	apply           sync.RWMutex
 	locks           keyedMutex // per-path: populate and fetch happen once
+
+	// readerLog says what a container's reads meet (a full store), which
+	// may be every read: it limits repeats (logrepeat).
+	readerLog     *slog.Logger
+	readerRepeats *logrepeat.Handler
 
 	// baseLocks make the few syscalls that move a path's base between its
 	// store entry and its tombstone one step: a Put recording what it wrote
@@ -236,7 +242,9 @@ func Open(cfg Config) (*Store, error) {
 		cfg.PopulatedLog = populatedLogMax
 	}
 	s := &Store{host: cfg.Host, local: local, state: cfg.State, log: cfg.Log, populatedMax: cfg.PopulatedLog,
-		shareWork: cfg.ShareWork, ranges: newRangeLog(), xattrsRefused: refusedXattrs(cfg.Host)}
+		shareWork: cfg.ShareWork, ranges: newRangeLog(), xattrsRefused: refusedXattrs(cfg.Host),
+		readerRepeats: logrepeat.New(cfg.Log.Handler())}
+	s.readerLog = slog.New(s.readerRepeats)
 	switch {
 	case !s.HostTakesXattrs():
 		cfg.Log.Info("extended attributes refused, as by the source: its file system takes none")
@@ -304,6 +312,7 @@ func (s *Store) Close() error {
 	}
 	s.closeKept()
 	errs = append(errs, s.local.Close())
+	s.readerRepeats.Close()
 	return errors.Join(errs...)
 }
 

@@ -6,7 +6,7 @@
 // last opened, however it changed since (sshfs keeps attributes per path
 // for 20 s and looks again on open), so a test gets a change hidden behind
 // that cache at once and every time, with no timing. MountFar is another: a
-// share each of whose lstats is a round trip.
+// share each of whose lstats is a round trip, and which can be made gone.
 package testshare
 
 import (
@@ -129,6 +129,7 @@ func (n *staleNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint
 // while, and it counts how many were under way at once.
 type Far struct {
 	far            atomic.Bool
+	gone           atomic.Bool
 	delay          time.Duration
 	untyped        bool
 	inFlight, most atomic.Int32
@@ -136,6 +137,11 @@ type Far struct {
 
 // SetFar makes the share far (on) or answer at once (off: a test's set-up).
 func (f *Far) SetFar(on bool) { f.far.Store(on) }
+
+// SetGone makes each lookup, attribute request and directory open fail
+// with ENOTCONN (on), as sshfs's do once its connection is lost, or be
+// answered again (off).
+func (f *Far) SetGone(on bool) { f.gone.Store(on) }
 
 // Most is the most lookups and attribute requests that were under way at
 // once while the share was far, since the mount or the last ResetMost.
@@ -177,16 +183,25 @@ type farNode struct {
 }
 
 func (n *farNode) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if n.share.gone.Load() {
+		return syscall.ENOTCONN
+	}
 	defer n.share.request()()
 	return n.LoopbackNode.Getattr(ctx, f, out)
 }
 
 func (n *farNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.share.gone.Load() {
+		return nil, syscall.ENOTCONN
+	}
 	defer n.share.request()()
 	return n.LoopbackNode.Lookup(ctx, name, out)
 }
 
 func (n *farNode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if n.share.gone.Load() {
+		return nil, 0, syscall.ENOTCONN
+	}
 	if !n.share.untyped {
 		return n.LoopbackNode.OpendirHandle(ctx, flags)
 	}
