@@ -646,3 +646,28 @@ func TestEngine_D4_RestartPolicySeesWritebackFailure(t *testing.T) {
 	}
 	restarted = true
 }
+
+// TestEngine_D4_LiveRestoreKeepsTheMountAndWritesBackAtTheStop: a patched
+// daemon with --live-restore, killed while a container with a delegated
+// bind runs (-v SRC:/data:delegated). The plugin runs on, the same
+// process, and serves the bind through the outage and after; the daemon
+// that came back takes the container back and, at its stop, waits for the
+// writeback before reporting it: a die event with bindstate.writeback=ok,
+// and all the container wrote before, during and after on the host.
+func TestEngine_D4_LiveRestoreKeepsTheMountAndWritesBackAtTheStop(t *testing.T) {
+	lr := newLiveRestoreDaemon(t, needEngine(t))
+	s := newShareSource(t)
+	cid := lr.runThroughACrash(t, s.Source+":/data:delegated")
+	since := time.Now()
+	lr.d.Docker(t, "stop", cid)
+	for _, name := range []string{"before", "during", "after"} {
+		mustHost(t, s.host(name+".txt"), name+"\n")
+	}
+	var ok bool
+	for _, a := range dieAttributes(t, lr.d, cid, since) {
+		ok = ok || a["bindstate.writeback"] == "ok"
+	}
+	if !ok {
+		t.Errorf("no die event with bindstate.writeback=ok at the stop after the daemon came back: %v", dieAttributes(t, lr.d, cid, since))
+	}
+}

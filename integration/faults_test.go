@@ -611,3 +611,23 @@ func controlSocket(t *testing.T, pid int) string {
 	}
 	return link
 }
+
+// rule D4 across a daemon crash with live-restore (`dockerd
+// --live-restore`: containers run on while the daemon is down, and it takes
+// them back when it starts). The managed plugin runs on with them, the same
+// process, so a running container's delegated volume is served through the
+// outage and after it, with no remount; what the container wrote before,
+// during and after is on the host once its stop, handled by the daemon
+// that came back, returns. (Without live-restore the daemon stops the
+// containers and starts the plugin again when it comes back: the
+// other fault tests.)
+func TestFault_D4_LiveRestoreKeepsThePluginAndAContainersVolume(t *testing.T) {
+	lr := newLiveRestoreDaemon(t, needFaults(t))
+	s := newShareSource(t)
+	vol := createVolume(t, lr.d, s.Source, "delegated")
+	cid := lr.runThroughACrash(t, vol+":/data")
+	lr.d.Docker(t, "stop", cid) // the daemon that came back unmounts: the writeback
+	for _, name := range []string{"before", "during", "after"} {
+		mustHost(t, s.host(name+".txt"), name+"\n")
+	}
+}

@@ -253,3 +253,100 @@ func anotherDaemon(t *testing.T, like *harness.Daemon, setup func(*harness.Daemo
 	d.ShowLogOnFailure(t)
 	return d
 }
+
+// liveRestoreDaemon is a daemon of its own started with --live-restore
+// (containers and managed plugins run on while it is down, and it takes
+// them back when it starts), with the test image and the plugin.
+type liveRestoreDaemon struct {
+	d        *harness.Daemon
+	pluginID string
+}
+
+// newLiveRestoreDaemon starts one from the same programs as like (Debian's
+// dockerd or the patched one) and installs the plugin from env.pluginDir,
+// allowed the share. All is removed when the test ends.
+func newLiveRestoreDaemon(t *testing.T, like *harness.Daemon) *liveRestoreDaemon {
+	t.Helper()
+	d := anotherDaemon(t, like, func(d *harness.Daemon) { d.ExtraArgs = append(d.ExtraArgs, "--live-restore") })
+	if err := d.ImportBusybox(image, env.tools.Busybox, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.InstallPlugin(pluginName, env.pluginDir, "ALLOWED_ROOTS="+env.share.Mount, "LOG_LEVEL=debug"); err != nil {
+		t.Fatalf("%v\n%s", err, d.LogTail(40))
+	}
+	id, err := d.PluginID(pluginName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A daemon that stops with live-restore leaves containers and plugins
+	// running: the plugin is removed before the daemon stops (cleanups run
+	// last registered first: this one before anotherDaemon's, and a
+	// container's and a volume's, registered later, before this one).
+	t.Cleanup(func() {
+		d.Try("plugin", "disable", "-f", pluginName)
+		d.Try("plugin", "rm", "-f", pluginName)
+	})
+	return &liveRestoreDaemon{d: d, pluginID: id}
+}
+
+// pluginPid is the pid of the daemon's managed plugin.
+func (lr *liveRestoreDaemon) pluginPid(t *testing.T) int {
+	t.Helper()
+	var pid int
+	harness.Eventually(t, 60*time.Second, "the managed plugin's process", func() (bool, string) {
+		for _, p := range harness.PluginPids(lr.pluginID) {
+			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p)); strings.TrimSpace(string(comm)) == "bindstate" {
+				pid = p
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint("pids in its cgroup: ", harness.PluginPids(lr.pluginID))
+	})
+	return pid
+}
+
+// runThroughACrash runs a container with mount (a -v argument that mounts
+// at /data: VOLUME:/data, or SRC:/data:STATE) that writes before.txt, then during.txt
+// while the daemon is killed, then after.txt once it is back, each read back
+// through the mount at once. It fails t unless the daemon that came back
+// kept the same plugin process and the container running. It returns the
+// container, still running, for the caller to stop.
+func (lr *liveRestoreDaemon) runThroughACrash(t *testing.T, mount string) string {
+	t.Helper()
+	d := lr.d
+	ctl := t.TempDir()
+	// Told through a plain bind (ctl) when to write each file, not by
+	// sleeping; each write is acknowledged in ctl.
+	step := func(name string) string {
+		return fmt.Sprintf("while [ ! -e /ctl/%[1]s.go ]; do sleep 0.1; done; echo %[1]s > /data/%[1]s.txt && "+
+			"[ \"$(cat /data/%[1]s.txt)\" = %[1]s ] && touch /ctl/%[1]s.done; ", name)
+	}
+	cid := d.Docker(t, "run", "-d", "--network", "none", "--stop-timeout", "5", "-v", mount, "-v", ctl+":/ctl", image,
+		"sh", "-c", step("before")+step("during")+step("after")+"exec sleep 3600")
+	t.Cleanup(func() { d.Try("rm", "-f", cid) })
+	do := func(name string) {
+		t.Helper()
+		writeHost(t, filepath.Join(ctl, name+".go"), "")
+		harness.Eventually(t, 30*time.Second, "the container wrote and read back /data/"+name+".txt", func() (bool, string) {
+			_, err := os.Stat(filepath.Join(ctl, name+".done"))
+			return err == nil, ""
+		})
+	}
+	do("before")
+	pid := lr.pluginPid(t)
+	if err := d.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	do("during") // the daemon down: the plugin serves the mount on
+	if err := d.Start(); err != nil {
+		t.Fatalf("start the daemon again: %v\n%s", err, d.LogTail(40))
+	}
+	if got := lr.pluginPid(t); got != pid {
+		t.Fatalf("the daemon started the plugin again (pid %d, then %d): with live-restore it must keep it, and the container's mount with it", pid, got)
+	}
+	if running := d.Docker(t, "inspect", "-f", "{{.State.Running}}", cid); running != "true" {
+		t.Fatalf("the container after the daemon came back: running=%s; want it restored alive", running)
+	}
+	do("after")
+	return cid
+}
