@@ -8,6 +8,7 @@ package frontend
 // as it is.
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/bindstate/bindstate/plugin/consistency"
 )
@@ -238,6 +241,60 @@ func TestHostile_OddNamesAndDeepTrees(t *testing.T) {
 			}
 			if readFile(t, r.hostPath(deep)) != "container leaf" {
 				t.Errorf("host 300-level leaf wrong")
+			}
+		})
+	}
+}
+
+// TestHostile_APathLongerThanPathMax: a container can try to make a tree
+// deeper than PATH_MAX (4,096 bytes) allows a path to name, one directory
+// at a time, relative to the last. The volume makes names only in
+// directories whose path is at most 4,095 bytes long (docs/states.md,
+// "Known limits"): the making fails beyond with
+// ENAMETOOLONG and changes nothing, never EIO, and what the container made
+// is on the host, no change it saw succeed left out (D4).
+func TestHostile_APathLongerThanPathMax(t *testing.T) {
+	name := strings.Repeat("d", 50)
+	const levels = 120 // 6,120 bytes of path
+	for _, st := range storeStates {
+		t.Run(st.String(), func(t *testing.T) {
+			r := newRig(t, st, nil)
+			// walk makes (or, with make false, opens) the tree under root,
+			// level by level, relative to each directory; it returns how
+			// deep it got and the error that stopped it there.
+			walk := func(root string, make bool) (int, error) {
+				fd, err := unix.Open(root, unix.O_DIRECTORY|unix.O_RDONLY, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { unix.Close(fd) }()
+				for depth := 0; depth < levels; depth++ {
+					if make {
+						if err := unix.Mkdirat(fd, name, 0o755); err != nil {
+							return depth, err
+						}
+					}
+					next, err := unix.Openat(fd, name, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_NOFOLLOW, 0)
+					if err != nil {
+						return depth, err
+					}
+					unix.Close(fd)
+					fd = next
+				}
+				return levels, nil
+			}
+			made, err := walk(r.mnt, true)
+			// The deepest directory made, and its parent: paths of that length.
+			deepest, parent := made*(len(name)+1)-1, (made-1)*(len(name)+1)-1
+			t.Logf("the container made %d levels (the deepest's path %d bytes): %v", made, deepest, err)
+			if !errors.Is(err, unix.ENAMETOOLONG) || deepest < 4096 || parent >= 4096 {
+				t.Fatalf("making level %d in a directory of a %d-byte path: %v; want ENAMETOOLONG in the first directory whose path passes 4,095 bytes",
+					made+1, deepest, err)
+			}
+			r.flush(t)
+			onHost, herr := walk(r.host, false)
+			if onHost != made {
+				t.Fatalf("the host has %d levels (%v); the container made %d", onHost, herr, made)
 			}
 		})
 	}
