@@ -107,20 +107,10 @@ func checkRecords(dir string, upto int) (missing int, detail string) {
 	return missing, first
 }
 
-// bindstatePid is the pid of the managed plugin's binary.
+// bindstatePid is the pid of the suite's managed plugin's binary.
 func bindstatePid(t *testing.T) int {
 	t.Helper()
-	var pid int
-	harness.Eventually(t, 90*time.Second, "the managed plugin's process", func() (bool, string) {
-		for _, p := range harness.PluginPids(env.pluginID) {
-			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p)); strings.TrimSpace(string(comm)) == "bindstate" {
-				pid = p
-				return true, ""
-			}
-		}
-		return false, fmt.Sprint("pids in its cgroup: ", harness.PluginPids(env.pluginID))
-	})
-	return pid
+	return pluginPid(t, env.pluginID)
 }
 
 // killPlugin kills the plugin with SIGKILL and waits until the daemon has
@@ -133,15 +123,13 @@ func killPlugin(t *testing.T, d *harness.Daemon) time.Duration {
 	}
 	start := time.Now()
 	harness.Eventually(t, 120*time.Second, "the daemon restarts the killed plugin", func() (bool, string) {
-		for _, p := range harness.PluginPids(env.pluginID) {
-			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p)); p != old && strings.TrimSpace(string(comm)) == "bindstate" {
-				if _, err := d.Try("volume", "ls", "-q", "-f", "driver="+pluginName); err != nil {
-					return false, err.Error()
-				}
-				return true, ""
-			}
+		if p := pluginProcess(env.pluginID); p == 0 || p == old {
+			return false, "no new plugin process"
 		}
-		return false, "no new plugin process"
+		if _, err := d.Try("volume", "ls", "-q", "-f", "driver="+pluginName); err != nil {
+			return false, err.Error()
+		}
+		return true, ""
 	})
 	return time.Since(start)
 }

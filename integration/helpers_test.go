@@ -289,18 +289,25 @@ func newLiveRestoreDaemon(t *testing.T, like *harness.Daemon) *liveRestoreDaemon
 	return &liveRestoreDaemon{d: d, pluginID: id}
 }
 
-// pluginPid is the pid of the daemon's managed plugin.
-func (lr *liveRestoreDaemon) pluginPid(t *testing.T) int {
+// pluginProcess is the pid of the bindstate binary among the processes of
+// the managed plugin with that id, or 0 if it has none (yet).
+func pluginProcess(id string) int {
+	for _, p := range harness.PluginPids(id) {
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p)); strings.TrimSpace(string(comm)) == "bindstate" {
+			return p
+		}
+	}
+	return 0
+}
+
+// pluginPid waits for the managed plugin with that id to run and returns
+// the pid of its binary.
+func pluginPid(t *testing.T, id string) int {
 	t.Helper()
 	var pid int
-	harness.Eventually(t, 60*time.Second, "the managed plugin's process", func() (bool, string) {
-		for _, p := range harness.PluginPids(lr.pluginID) {
-			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p)); strings.TrimSpace(string(comm)) == "bindstate" {
-				pid = p
-				return true, ""
-			}
-		}
-		return false, fmt.Sprint("pids in its cgroup: ", harness.PluginPids(lr.pluginID))
+	harness.Eventually(t, 90*time.Second, "the managed plugin's process", func() (bool, string) {
+		pid = pluginProcess(id)
+		return pid != 0, fmt.Sprint("pids in its cgroup: ", harness.PluginPids(id))
 	})
 	return pid
 }
@@ -333,7 +340,7 @@ func (lr *liveRestoreDaemon) runThroughACrash(t *testing.T, mount string) string
 		})
 	}
 	do("before")
-	pid := lr.pluginPid(t)
+	pid := pluginPid(t, lr.pluginID)
 	if err := d.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +348,7 @@ func (lr *liveRestoreDaemon) runThroughACrash(t *testing.T, mount string) string
 	if err := d.Start(); err != nil {
 		t.Fatalf("start the daemon again: %v\n%s", err, d.LogTail(40))
 	}
-	if got := lr.pluginPid(t); got != pid {
+	if got := pluginPid(t, lr.pluginID); got != pid {
 		t.Fatalf("the daemon started the plugin again (pid %d, then %d): with live-restore it must keep it, and the container's mount with it", pid, got)
 	}
 	if running := d.Docker(t, "inspect", "-f", "{{.State.Running}}", cid); running != "true" {

@@ -4,16 +4,13 @@ package frontend
 // directly (as rig does) with its state dir on a small tmpfs.
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -172,36 +169,6 @@ func waitStoreSpace(t *testing.T, dir string, free uint64) {
 			t.Fatalf("the store has %d bytes free 10 s after the big file's removal, want %d", fs.Bavail*uint64(fs.Bsize), free)
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer for a log handler that goroutines share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// records are the JSON records written so far with message msg.
-func (l *lockedBuffer) records(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for line := range strings.Lines(l.b.String()) {
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		if rec["msg"] == msg {
-			out = append(out, rec)
-		}
-	}
-	return out
 }
 
 // rule D4 with a full store, reading: a host file the container has not

@@ -78,8 +78,7 @@ func New(st *store.Store, mountpoint string, o Options) (*Mount, error) {
 	}
 	// What a container can make fail at will, it can make the plugin log
 	// at will: its records are limited (logrepeat).
-	repeats := logrepeat.New(o.Log.Handler())
-	fsys := &filesystem{store: st, log: slog.New(repeats), repeats: repeats, passthrough: !o.NoPassthrough,
+	fsys := &filesystem{store: st, log: logrepeat.Wrap(o.Log), passthrough: !o.NoPassthrough,
 		attrTimeout: o.AttrTimeout, restat: newRestater(mountpoint), opened: o.Opened}
 	root := &node{fs: fsys}
 	timeout := o.AttrTimeout
@@ -153,7 +152,7 @@ func (m *Mount) Unmount() error {
 	select {
 	case <-done:
 		m.root.fs.releaseLeftover()
-		m.root.fs.repeats.Close() // no request comes any more: say the repeats held back
+		m.root.fs.log.Close() // no request comes any more: say the repeats held back
 		return nil
 	case <-time.After(detachedWait):
 		return &os.PathError{Op: "unmount", Path: m.mountpoint,
@@ -199,8 +198,7 @@ func (m *Mount) Invalidate(rel string, content, entry bool) {
 // filesystem is what all nodes of one mount share.
 type filesystem struct {
 	store       *store.Store
-	log         *slog.Logger       // limits repeats: a container causes its records (see New)
-	repeats     *logrepeat.Handler // log's handler
+	log         *logrepeat.Logger // limits repeats: a container causes its records (see New)
 	passthrough bool
 	attrTimeout time.Duration // Options.AttrTimeout
 	restat      *restater

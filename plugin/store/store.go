@@ -117,8 +117,7 @@ type Store struct {
 
 	// readerLog says what a container's reads meet (a full store), which
 	// may be every read: it limits repeats (logrepeat).
-	readerLog     *slog.Logger
-	readerRepeats *logrepeat.Handler
+	readerLog *logrepeat.Logger
 
 	// baseLocks make the few syscalls that move a path's base between its
 	// store entry and its tombstone one step: a Put recording what it wrote
@@ -243,8 +242,7 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s := &Store{host: cfg.Host, local: local, state: cfg.State, log: cfg.Log, populatedMax: cfg.PopulatedLog,
 		shareWork: cfg.ShareWork, ranges: newRangeLog(), xattrsRefused: refusedXattrs(cfg.Host),
-		readerRepeats: logrepeat.New(cfg.Log.Handler())}
-	s.readerLog = slog.New(s.readerRepeats)
+		readerLog: logrepeat.Wrap(cfg.Log)}
 	switch {
 	case !s.HostTakesXattrs():
 		cfg.Log.Info("extended attributes refused, as by the source: its file system takes none")
@@ -312,7 +310,7 @@ func (s *Store) Close() error {
 	}
 	s.closeKept()
 	errs = append(errs, s.local.Close())
-	s.readerRepeats.Close()
+	s.readerLog.Close()
 	return errors.Join(errs...)
 }
 

@@ -79,6 +79,22 @@ func New(next slog.Handler) *Handler {
 	return NewLimit(next, DefaultBurst, DefaultWindow)
 }
 
+// Logger is a slog.Logger whose records go through a Handler, and which
+// can Close it.
+type Logger struct {
+	*slog.Logger
+	h *Handler
+}
+
+// Wrap returns a Logger that logs as log does, with repeats limited.
+func Wrap(log *slog.Logger) *Logger {
+	h := New(log.Handler())
+	return &Logger{Logger: slog.New(h), h: h}
+}
+
+// Close closes the Logger's Handler: see Handler.Close.
+func (l *Logger) Close() { l.h.Close() }
+
 // NewLimit is New with the burst and window given.
 func NewLimit(next slog.Handler, burst int, window time.Duration) *Handler {
 	return &Handler{next: next, l: &limiter{
