@@ -176,6 +176,26 @@ func noStaleMount(t *testing.T, out string) {
 	}
 }
 
+// fuseMountsOf lists the mount points of the plugin's FUSE mounts of source
+// in this namespace's /proc/self/mountinfo, where a managed plugin's mounts
+// show beneath its propagated mount (source has nothing mountinfo escapes).
+func fuseMountsOf(t *testing.T, source string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at []string
+	for line := range strings.Lines(string(b)) {
+		_, after, ok := strings.Cut(line, " - ")
+		f, g := strings.Fields(line), strings.Fields(after)
+		if ok && len(f) > 4 && len(g) > 1 && g[0] == "fuse.bindstate" && g[1] == "bindstate:"+source {
+			at = append(at, f[4])
+		}
+	}
+	return at
+}
+
 // The tree a container writes in the write tests, and how it looks on the host.
 const writeTreeScript = `set -e
 cd /data

@@ -191,6 +191,12 @@ func TestD4_JournalReplayedAfterPluginCrash(t *testing.T) {
 		t.Fatalf("volume after the plugin crash: %q, %v", out, err)
 	}
 	mustHost(t, s.host("again"), "again\n")
+	// The new mount took the dead one's place and went at the unmount: none
+	// is left. (The dead one stayed beneath while the kernel kept its root's
+	// attributes, which the plugin's restart took for a live mount.)
+	if at := fuseMountsOf(t, s.Source); len(at) != 0 {
+		t.Fatalf("FUSE mounts of %s left after the volume's last container: %q", s.Source, at)
+	}
 }
 
 // TestD4_UnmountIdempotentWithDockerCp: docker cp into a running container

@@ -196,12 +196,18 @@ func unmountOnce(target string) error {
 // endpoint is not connected", ENOTCONN), as left by a server that crashed
 // without unmounting. A live mount, a plain directory and a missing path are
 // left alone.
+//
+// It asks with statfs, which a FUSE mount always sends to its server, not
+// lstat: the kernel answers an lstat of a mount's root from the attributes
+// it keeps (the plugin gives them long timeouts), dead server or not, so a
+// mount that served before its server died looked alive, and each restart
+// after a crash mounted on top of the dead one.
 func CleanupStale(path string) error {
 	// A read-only volume's mount is two: the dead FUSE mount and the
 	// read-only bind of it on top (StackReadOnly), dead too.
 	for range maxStack {
-		var st unix.Stat_t
-		err := unix.Lstat(path, &st)
+		var fs unix.Statfs_t
+		err := unix.Statfs(path, &fs)
 		if !errors.Is(err, unix.ENOTCONN) && !errors.Is(err, unix.ECONNABORTED) {
 			return nil
 		}
