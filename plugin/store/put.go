@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +29,7 @@ type putter struct{ s *Store }
 func (p putter) Put(ctx context.Context, rel string) error {
 	p.s.shareWork()
 	defer p.s.treeLocks.lock(rel)()
+	p.s.removeLeftovers(rel)
 	return p.s.put(ctx, rel, true)
 }
 
@@ -176,6 +176,9 @@ func (s *Store) recordWritten(rel string, ino uint64, hst *unix.Stat_t) {
 		return
 	}
 	err := s.setBase(rel, hst)
+	if err == nil {
+		s.unmarkWriting(rel)
+	}
 	cur, lerr := s.local.Lstat(rel)
 	switch {
 	case err != nil || lerr != nil || cur.Ino != ino:
@@ -197,6 +200,8 @@ func (s *Store) checkConflict(rel string, st, hst *unix.Stat_t) error {
 		// container's win): its entries merge, nothing to keep aside.
 		return nil
 	case known && s.hostAtBase(rel, b, hst):
+		return nil
+	case s.hostHoldsAnUnrecordedPut(rel, hst):
 		return nil
 	case st.Mode&unix.S_IFMT == unix.S_IFLNK && hst.Mode&unix.S_IFMT == unix.S_IFLNK:
 		if t1, err := s.local.Readlink(rel); err == nil {
@@ -582,10 +587,7 @@ func (s *Store) putWhole(rel string, st *unix.Stat_t, exists bool, hst *unix.Sta
 			return nil, err
 		}
 	}
-	tmp := path.Join(dirOf(rel), tmpPrefix+path.Base(rel)+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
-	if len(path.Base(tmp)) > 255 {
-		tmp = path.Join(dirOf(rel), tmpPrefix+strconv.FormatInt(time.Now().UnixNano(), 36))
-	}
+	tmp := s.tmp.name(rel)
 	dst, err := s.host.OpenFile(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, st.Mode&07777)
 	if err != nil {
 		return nil, err
@@ -602,6 +604,7 @@ func (s *Store) putWhole(rel string, st *unix.Stat_t, exists bool, hst *unix.Sta
 	if testHookPutWritten != nil {
 		testHookPutWritten(rel)
 	}
+	s.markWriting(rel, written)
 	if err := s.host.Rename(tmp, rel, 0); err != nil {
 		s.host.Remove(tmp)
 		return nil, err
@@ -834,7 +837,7 @@ func (s *Store) putSymlink(rel string, st *unix.Stat_t, exists bool, hst *unix.S
 		// (rule D4), and the link stays in the store.
 		return fmt.Errorf("write back symlink %q: %w", rel, errTargetRefused)
 	}
-	tmp := path.Join(dirOf(rel), tmpPrefix+strconv.FormatInt(time.Now().UnixNano(), 36))
+	tmp := s.tmp.name(rel)
 	if err := s.host.Symlink(target, tmp); err != nil {
 		return err
 	}

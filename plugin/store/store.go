@@ -53,6 +53,7 @@ const (
 	xattrBase      = XattrPrefix + "base"      // host attributes when last in sync (rule D7)
 	xattrRemoved   = XattrPrefix + "removed"   // xattr names the container removed, not yet from the host (removedXattrs)
 	xattrFormat    = XattrPrefix + "format"    // the tree's root: the store format it was last opened with (checkFormat)
+	xattrWriting   = XattrPrefix + "writing"   // file: host attributes of the version a Put is renaming into place (markWriting)
 )
 
 // storeFormat is the layout of the store's bookkeeping this plugin reads
@@ -183,6 +184,10 @@ type Store struct {
 	ops          sync.Map     // op kind -> *atomic.Int64 (CountOp)
 
 	prefetch *prefetcher // read-ahead from the host
+
+	tmp       tmpTags   // what the writeback's temporary names say of who made them
+	leftovers leftovers // host directories an earlier run may have left some in
+	writing   sync.Map  // rel -> struct{}: store files markWriting marked, until recordWritten
 }
 
 // checkFormat refuses a store tree written in a newer store format than
@@ -242,7 +247,7 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s := &Store{host: cfg.Host, local: local, state: cfg.State, log: cfg.Log, populatedMax: cfg.PopulatedLog,
 		shareWork: cfg.ShareWork, ranges: newRangeLog(), xattrsRefused: refusedXattrs(cfg.Host),
-		readerLog: logrepeat.Wrap(cfg.Log)}
+		readerLog: logrepeat.Wrap(cfg.Log), tmp: newTmpTags(cfg.Tree)}
 	switch {
 	case !s.HostTakesXattrs():
 		cfg.Log.Info("extended attributes refused, as by the source: its file system takes none")
@@ -288,6 +293,7 @@ func Open(cfg Config) (*Store, error) {
 				s.tombs[rel] = b
 			}
 		}
+		s.leftovers.expect(j.Pending()) // before the queue's first Put
 		s.queue = writeback.New(j, putter{s}, cfg.WriteBack)
 		if n := len(j.Pending()); n > 0 {
 			s.log.Info("resuming writeback left by an earlier run", "pending", n)
