@@ -15,6 +15,8 @@ package frontend
 //	BINDSTATE_EXERCISE_OPS=20000 BINDSTATE_EXERCISE_SEED=42 go test -run TestExerciser ./plugin/frontend/
 //
 // (make test-long). A failure prints the seed: rerun with it to reproduce.
+// TestExerciserCrash_D4_C3 (crash_test.go) runs the same operations with the
+// plugin killed and started again between batches.
 // A failure that depends on timing may not come back with its seed: loop a
 // built test binary (go test -c) to catch it again, and add
 // BINDSTATE_TEST_FUSE_DEBUG=1 to log every FUSE request of the run.
@@ -244,6 +246,13 @@ type exerciser struct {
 	trail []string // the last operations, shown on failure
 	focus []string // paths whose earlier operations are shown on failure
 	count map[string]int
+
+	// Crashes only (runExerciser's crash): the paths of files a crash found
+	// written back in place (linked, or of 256 KiB or more), and whether a
+	// conflict copy of one was removed through the mount since the last
+	// flush (see tolerateInPlaceCopies).
+	inPlace map[string]bool
+	tidied  bool
 }
 
 func dirOf(p string) string {
@@ -647,6 +656,7 @@ func (x *exerciser) compare(what, root string) {
 	if err != nil {
 		x.fail("%s: walk: %v", what, err)
 	}
+	x.tolerateInPlaceCopies(got, root)
 	if d := diffDesc(x.m.describe(), got, math.MaxInt); len(d) > 0 {
 		if len(d) > 10 {
 			d = d[:10]
@@ -664,6 +674,43 @@ func (x *exerciser) compare(what, root string) {
 		// makes no host edit, so one is the container's own file taken
 		// for a host edit (rule D7).
 		x.fail("%s differs from the model:\n  %s", what, strings.Join(d, "\n  "))
+	}
+}
+
+// tolerateInPlaceCopies takes out of got (a tree of root) the conflict
+// copies a crash may leave of a file written back in place: a plugin
+// killed in the middle of that leaves a host file that is neither the old
+// version nor the new, and the next run keeps it aside as a host edit
+// (store/killedput.go: a known limit, nothing lost). One seen through the
+// mount is removed there, as a user would, so that the model's directory
+// is empty again when it is. Any other conflict copy still fails compare.
+func (x *exerciser) tolerateInPlaceCopies(got map[string]string, root string) {
+	for p := range got {
+		i := strings.Index(p, ".bindstate-conflict-")
+		if i < 0 || !x.inPlace[p[:i]] {
+			continue
+		}
+		delete(got, p)
+		if root != x.r.mnt {
+			continue
+		}
+		x.log("conflict copy %s of a file written back in place when the plugin was killed: removed", p)
+		x.must(os.Remove(filepath.Join(root, p)), "remove "+p)
+		x.count["in-place conflict copy"]++
+		x.tidied = true
+	}
+}
+
+// noteInPlace adds the files the writeback may be writing in place now to
+// x.inPlace, before a crash.
+func (x *exerciser) noteInPlace() {
+	if x.inPlace == nil {
+		x.inPlace = map[string]bool{}
+	}
+	for p, ino := range x.m.files {
+		if x.m.nlink(ino) > 1 || len(ino.data) >= 256<<10 {
+			x.inPlace[p] = true
+		}
 	}
 }
 
@@ -733,6 +780,20 @@ func exercise(t *testing.T, st consistency.State, overShare bool) {
 	} else {
 		r = newRescanRig(t, st, rescan, nil)
 	}
+	runExerciser(t, r, st, seed, nil)
+}
+
+// crashFunc kills the plugin serving the exerciser's mount and starts it
+// again: after pause, or, if duringFlush, pause after asking it to flush.
+type crashFunc func(pause time.Duration, duringFlush bool) error
+
+// runExerciser runs the exerciser's operations on r, comparing as the
+// package comment says. crash, if given, is called at random batch ends
+// (one in three): half of them after a random pause of up to 1.5 s, so
+// that they land at any point of the background work, half of them up to
+// 30 ms into a flush, in the middle of writing back; it must leave r
+// serving again.
+func runExerciser(t *testing.T, r *rig, st consistency.State, seed int64, crash crashFunc) {
 	old := unix.Umask(0o022)
 	unix.Umask(old)
 	x := &exerciser{t: t, r: r, st: st, m: newExModel(), rnd: rand.New(rand.NewSource(seed)), seed: seed, umask: uint32(old), count: map[string]int{}}
@@ -749,6 +810,21 @@ func exercise(t *testing.T, st consistency.State, overShare bool) {
 		if (x.step+1)%batch != 0 {
 			continue
 		}
+		// Drawn from the seed's source only when crashing, so that a seed
+		// gives the same operations as before without crashes.
+		if crash != nil && x.rnd.Intn(3) == 0 {
+			duringFlush := x.rnd.Intn(2) == 0
+			pause := time.Duration(x.rnd.Intn(1500)) * time.Millisecond
+			if duringFlush {
+				pause = time.Duration(x.rnd.Intn(30_000)) * time.Microsecond
+				x.log("plugin killed %v into a flush, started again", pause)
+			} else {
+				x.log("plugin killed %v after the last operation, started again", pause)
+			}
+			x.noteInPlace()
+			x.must(crash(pause, duringFlush), "plugin crash and restart")
+			x.count["crash"]++
+		}
 		if st == consistency.Cached {
 			x.compare("host (cached: write-through)", r.hostNow(t))
 		}
@@ -757,15 +833,20 @@ func exercise(t *testing.T, st consistency.State, overShare bool) {
 		} else if x.rnd.Intn(4) == 0 {
 			x.log("flush")
 			x.must(r.front.Flush(bg()), "flush")
+			x.tidied = false
 			x.compare("host after flush", r.hostNow(t))
 		}
 	}
 	x.log("final flush")
 	x.must(r.front.Flush(bg()), "flush")
 	x.compare("mount at the end", r.mnt)
+	if x.tidied {
+		x.must(r.front.Flush(bg()), "flush of the removed conflict copies")
+	}
 	x.compare("host after the final flush", r.hostNow(t))
-	if s := r.front.Status(); s.Dirty != 0 || s.Failed != 0 || s.Conflicts != 0 {
-		x.fail("status after the final flush: %+v; want nothing dirty, failed or in conflict", s)
+	if s := r.front.Status(); s.Dirty != 0 || s.Failed != 0 || s.Conflicts > x.count["in-place conflict copy"] {
+		x.fail("status after the final flush: %+v; want nothing dirty, failed or in conflict (but for %d conflict copies after crashes, of files written back in place)",
+			s, x.count["in-place conflict copy"])
 	}
 	t.Logf("%d operations in %v: %v", x.step, time.Since(start).Round(time.Millisecond), x.count)
 }

@@ -168,6 +168,19 @@ func openRig(t testing.TB, st consistency.State, rescan string, setup func(host 
 func newShareRig(t testing.TB, st consistency.State, rescan string) *rig {
 	t.Helper()
 	testenv.RequireFUSE(t)
+	base := t.TempDir()
+	share := startTestShare(t, base)
+	r := openRigAt(t, base, share.Mount, st, rescan, nil, false)
+	r.share = share
+	return r
+}
+
+// startTestShare starts an sshfs share of a fresh folder under base (its
+// server's folder base/server, mounted on base/share), stopped when the
+// test ends, after what was opened on it later (cleanups run last first).
+// Skipped without sshd and sshfs, except in CI.
+func startTestShare(t testing.TB, base string) *harness.Share {
+	t.Helper()
 	for _, tool := range []string{"/usr/sbin/sshd", "sshfs"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if harness.InCI() {
@@ -180,22 +193,17 @@ func newShareRig(t testing.TB, st consistency.State, rescan string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := t.TempDir()
 	share, err := harness.StartShare(filepath.Join(repo, "contrib", "share.sh"),
 		filepath.Join(base, "server"), filepath.Join(base, "share"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Registered before the front's Close (cleanups run last first): the
-	// share goes down once the front let go of it.
 	t.Cleanup(func() {
 		if err := share.Down(); err != nil {
 			t.Errorf("share down: %v", err)
 		}
 	})
-	r := openRigAt(t, base, share.Mount, st, rescan, nil, false)
-	r.share = share
-	return r
+	return share
 }
 
 // hostNow is the folder where what the host holds can be read now: the
