@@ -382,28 +382,15 @@ func TestCrashChildServes(t *testing.T) {
 // TestExerciserCrash_D4_C3: the exerciser (exerciser_test.go) with its
 // front in a child process that is killed and started again at random
 // batch ends, over a local folder and over an sshfs share
-// (BINDSTATE_EXERCISE_SHARE=0 leaves the share out). After each restart the
+// (forExerciseSources). After each restart the
 // mount must hold what the model says (D4: the journal and the store; C3:
 // the host), and at the end the host too, nothing extra.
 func TestExerciserCrash_D4_C3(t *testing.T) {
-	for _, overShare := range []bool{false, true} {
-		for _, st := range storeStates {
-			name := st.String()
-			if overShare {
-				name += ",sshfs"
-			}
-			t.Run(name, func(t *testing.T) {
-				if overShare && os.Getenv("BINDSTATE_EXERCISE_SHARE") == "0" {
-					t.Skip("over an sshfs share: left out (BINDSTATE_EXERCISE_SHARE=0)")
-				}
-				seed := exSeed(t)
-				t.Logf("seed %d, %d operations (BINDSTATE_EXERCISE_SEED, BINDSTATE_EXERCISE_OPS)", seed, exOps())
-				r := newCrashRig(t, st, overShare, "50ms")
-				runExerciser(t, r.rig, st, seed, r.crash)
-				if r.crashes == 0 {
-					t.Fatalf("no crash in %d operations: the test tested nothing of it", exOps())
-				}
-			})
+	forExerciseSources(t, func(t *testing.T, st consistency.State, overShare bool, seed int64) {
+		r := newCrashRig(t, st, overShare, exRescan())
+		runExerciser(t, r.rig, st, seed, r.crash)
+		if r.crashes == 0 {
+			t.Fatalf("no crash in %d operations: the test tested nothing of it", exOps())
 		}
-	}
+	})
 }

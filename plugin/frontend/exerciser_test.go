@@ -731,11 +731,9 @@ func exSeed(t *testing.T) int64 {
 // TestExerciser_C3_D2_D4: the randomized exerciser on a cached and a
 // delegated mount (rules C3, D2, D4).
 //
-// It runs over an sshfs share too (subtests "cached,sshfs",
-// "delegated,sshfs"; BINDSTATE_EXERCISE_SHARE=0 leaves them out): there the
-// plugin writes through its own files of the share, keeps no xattrs, and
-// sees the share's caches. Their first runs (2026-11-27) failed 10 runs in
-// 10 at 1,000 operations; after the fixes they found, 0 in 40.
+// It runs over an sshfs share too (forExerciseSources). Those subtests'
+// first runs (2026-11-27) failed 10 runs in 10 at 1,000 operations; after
+// the fixes they found, 0 in 40.
 //
 // A conflict copy fails it too (rule D7: the model makes no host edit).
 // Until 2026-11-27 one that was all that differed only skipped the test,
@@ -744,6 +742,23 @@ func exSeed(t *testing.T) int64 {
 // TestC3_D6_D7_ALinkedFilesOtherNameIsStaleOnAShareWhileOtherFilesAreWritten);
 // after its fix 0 in 19, and 0 in 29 over a local folder.
 func TestExerciser_C3_D2_D4(t *testing.T) {
+	forExerciseSources(t, func(t *testing.T, st consistency.State, overShare bool, seed int64) {
+		var r *rig
+		if overShare {
+			r = newShareRig(t, st, exRescan())
+		} else {
+			r = newRescanRig(t, st, exRescan(), nil)
+		}
+		runExerciser(t, r, st, seed, nil)
+	})
+}
+
+// forExerciseSources runs test in each store state over a local folder and
+// over an sshfs share (subtests "cached", "delegated", "cached,sshfs",
+// "delegated,sshfs"; BINDSTATE_EXERCISE_SHARE=0 leaves the share out),
+// with the run's seed. Over the share the plugin writes through its own
+// files of the share, keeps no xattrs, and sees the share's caches.
+func forExerciseSources(t *testing.T, test func(t *testing.T, st consistency.State, overShare bool, seed int64)) {
 	for _, overShare := range []bool{false, true} {
 		for _, st := range storeStates {
 			name := st.String()
@@ -754,33 +769,23 @@ func TestExerciser_C3_D2_D4(t *testing.T) {
 				if overShare && os.Getenv("BINDSTATE_EXERCISE_SHARE") == "0" {
 					t.Skip("over an sshfs share: left out (BINDSTATE_EXERCISE_SHARE=0)")
 				}
-				exercise(t, st, overShare)
+				seed := exSeed(t)
+				t.Logf("seed %d, %d operations (BINDSTATE_EXERCISE_SEED, BINDSTATE_EXERCISE_OPS)", seed, exOps())
+				test(t, st, overShare, seed)
 			})
 		}
 	}
 }
 
-// exercise runs the exerciser on a front in state st over a local folder,
-// or over an sshfs share (newShareRig: writes through the plugin's own
-// files of the share, no xattrs).
-func exercise(t *testing.T, st consistency.State, overShare bool) {
-	seed := exSeed(t)
-	t.Logf("seed %d, %d operations (BINDSTATE_EXERCISE_SEED, BINDSTATE_EXERCISE_OPS)", seed, exOps())
-	// The host refresh runs meanwhile (every 50ms; it raced with
-	// write-through changes before 37e6d14, see
-	// TestC3_RefreshRacesWithWriteThrough). BINDSTATE_EXERCISE_RESCAN=1h
-	// leaves it out.
-	rescan := os.Getenv("BINDSTATE_EXERCISE_RESCAN")
-	if rescan == "" {
-		rescan = "50ms"
+// exRescan is the host refresh's interval during a run: it runs meanwhile
+// (every 50ms; it raced with write-through changes before 37e6d14, see
+// TestC3_RefreshRacesWithWriteThrough). BINDSTATE_EXERCISE_RESCAN=1h
+// leaves it out.
+func exRescan() string {
+	if rescan := os.Getenv("BINDSTATE_EXERCISE_RESCAN"); rescan != "" {
+		return rescan
 	}
-	var r *rig
-	if overShare {
-		r = newShareRig(t, st, rescan)
-	} else {
-		r = newRescanRig(t, st, rescan, nil)
-	}
-	runExerciser(t, r, st, seed, nil)
+	return "50ms"
 }
 
 // crashFunc kills the plugin serving the exerciser's mount and starts it
