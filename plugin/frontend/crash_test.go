@@ -300,15 +300,6 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// childLogLevel is testLogger's: BINDSTATE_TEST_LOG=debug adds the debug
-// lines.
-func childLogLevel() slog.Level {
-	if os.Getenv("BINDSTATE_TEST_LOG") == "debug" {
-		return slog.LevelDebug
-	}
-	return slog.LevelInfo
-}
-
 // TestCrashChildServes is the child of startChild: it serves a front until
 // told to close it (or killed). It does nothing in a normal run.
 func TestCrashChildServes(t *testing.T) {
@@ -339,7 +330,7 @@ func TestCrashChildServes(t *testing.T) {
 		StateDir:  filepath.Join(spec.Base, "state"),
 		MountRoot: filepath.Join(spec.Base, "mnt"),
 		Policy:    hostpath.Policy{AllowedRoots: []string{spec.Base}},
-		Log:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: childLogLevel()})),
+		Log:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: testLogLevel()})),
 	})
 	key := childKey(st)
 	f, err := o.Open(context.Background(), driver.FrontSpec{Key: key, Source: spec.Host, State: st,

@@ -63,11 +63,16 @@ func testLogger(t testing.TB) *slog.Logger {
 	// BINDSTATE_TEST_LOG=debug adds the plugin's debug lines (each host
 	// change the refresh brings in, each writeback), for a failure that
 	// FUSE debug output hides by changing its timing.
-	level := slog.LevelInfo
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: testLogLevel()}))
+}
+
+// testLogLevel is the level of the plugin's records in tests' logs (the
+// crash test's children's too): Info, or Debug with BINDSTATE_TEST_LOG=debug.
+func testLogLevel() slog.Level {
 	if os.Getenv("BINDSTATE_TEST_LOG") == "debug" {
-		level = slog.LevelDebug
+		return slog.LevelDebug
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+	return slog.LevelInfo
 }
 
 // lockedBuffer is a bytes.Buffer for a log handler that goroutines share,

@@ -190,12 +190,7 @@ func (s *Store) hostHoldsAnUnrecordedPut(rel string, hst *unix.Stat_t) bool {
 	if hst.Mode&unix.S_IFMT != unix.S_IFREG {
 		return false
 	}
-	buf := make([]byte, 64)
-	n, err := s.local.Getxattr(rel, xattrWriting, buf)
-	if err != nil {
-		return false
-	}
-	w, ok := decodeBase(buf[:n])
+	w, ok := s.baseIn(rel, xattrWriting)
 	if !ok {
 		return false
 	}

@@ -158,17 +158,3 @@ func TestTemporaryNamesSayWhichStoreAndRunMadeThem(t *testing.T) {
 		}
 	}
 }
-
-// listNames lists dir, sorted.
-func listNames(t *testing.T, dir string) []string {
-	t.Helper()
-	es, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range es {
-		names = append(names, e.Name())
-	}
-	return names
-}

@@ -580,9 +580,13 @@ func decodeBase(p []byte) (Base, bool) {
 
 // Base returns the host attributes recorded when rel was last in sync, and
 // whether any were recorded (an entry the container created has none).
-func (s *Store) Base(rel string) (Base, bool) {
+func (s *Store) Base(rel string) (Base, bool) { return s.baseIn(rel, xattrBase) }
+
+// baseIn reads a base kept in the store entry rel's xattr name (xattrBase,
+// xattrWriting).
+func (s *Store) baseIn(rel, name string) (Base, bool) {
 	buf := make([]byte, 64)
-	n, err := s.local.Getxattr(rel, xattrBase, buf)
+	n, err := s.local.Getxattr(rel, name, buf)
 	if err != nil {
 		return Base{}, false
 	}

@@ -72,17 +72,27 @@ func (r *storeRig) restart(t *testing.T, down func()) {
 	r.open(t)
 }
 
-// conflictCopies lists the host's conflict copies of name.
-func conflictCopies(t *testing.T, host, name string) []string {
+// listNames lists dir, sorted.
+func listNames(t *testing.T, dir string) []string {
 	t.Helper()
-	ents, err := os.ReadDir(host)
+	es, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// conflictCopies lists the host's conflict copies of name.
+func conflictCopies(t *testing.T, host, name string) []string {
+	t.Helper()
 	var out []string
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), name+".bindstate-conflict-") {
-			out = append(out, e.Name())
+	for _, n := range listNames(t, host) {
+		if strings.HasPrefix(n, name+".bindstate-conflict-") {
+			out = append(out, n)
 		}
 	}
 	return out
