@@ -817,7 +817,9 @@ func runExerciser(t *testing.T, r *rig, st consistency.State, seed int64, crash 
 		}
 		// Drawn from the seed's source only when crashing, so that a seed
 		// gives the same operations as before without crashes.
-		if crash != nil && x.rnd.Intn(3) == 0 {
+		// At the second batch end at the latest, so that a short run
+		// (10 batches) always has one: without, 1 run in 60 had none.
+		if crash != nil && (x.rnd.Intn(3) == 0 || (x.count["crash"] == 0 && x.step+1 == 2*batch)) {
 			duringFlush := x.rnd.Intn(2) == 0
 			pause := time.Duration(x.rnd.Intn(1500)) * time.Millisecond
 			if duringFlush {
