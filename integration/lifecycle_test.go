@@ -4,13 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/bindstate/bindstate/integration/harness"
 )
 
 // TestCreate_RefusesInvalidOptions: docker volume create refuses a bad
@@ -162,23 +158,7 @@ func TestD4_JournalReplayedAfterPluginCrash(t *testing.T) {
 	id := runDetached(t, d, vol)
 	sh(t, d, id, "mkdir /data/j && for i in $(seq 1 50); do echo $i > /data/j/f$i; done")
 
-	pids := harness.PluginPids(env.pluginID)
-	if len(pids) == 0 {
-		t.Fatalf("no process of plugin %s found", env.pluginID)
-	}
-	for _, p := range pids {
-		syscall.Kill(p, syscall.SIGKILL)
-	}
-	t.Logf("killed plugin processes %v", pids)
-	harness.Eventually(t, 60*time.Second, "the daemon restarts the plugin", func() (bool, string) {
-		now := harness.PluginPids(env.pluginID)
-		for _, p := range now {
-			if !slices.Contains(pids, p) {
-				return true, fmt.Sprint(now)
-			}
-		}
-		return false, fmt.Sprint("pids ", now)
-	})
+	killPlugin(t, d)
 	// The killed plugin's mount is dead in that container: remove it.
 	d.Try("rm", "-f", id)
 
@@ -197,6 +177,42 @@ func TestD4_JournalReplayedAfterPluginCrash(t *testing.T) {
 	if at := fuseMountsOf(t, s.Source); len(at) != 0 {
 		t.Fatalf("FUSE mounts of %s left after the volume's last container: %q", s.Source, at)
 	}
+}
+
+// TestD4_AContainersOpenFileKeepsItsWritesAcrossAPluginCrash: a process in
+// a delegated container keeps a file open for writing (a log: O_WRONLY,
+// which the plugin serves by passthrough) while the plugin is killed. Its
+// mount is dead, but the kernel still writes that file, so its writes
+// after the kill succeed; rule D4: they reach the host by the container's
+// stop. Before store/orphans.go the restarted plugin wrote the file back
+// once, as it was at the kill, and the lines after that never reached the
+// host (it kept "line0\n").
+func TestD4_AContainersOpenFileKeepsItsWritesAcrossAPluginCrash(t *testing.T) {
+	d := need(t)
+	s := newShareSource(t)
+	vol := createVolume(t, d, s.Source, "delegated")
+	// Writes line N to its open log when /tmp/goN appears, then makes
+	// /tmp/doneN (the container's own /tmp, not the volume).
+	id := d.Docker(t, "run", "-d", "--stop-timeout", "1", "--network", "none", "-v", vol+":/data", image, "sh", "-c",
+		`exec 3>>/data/log; n=0; while :; do if [ -e /tmp/go$n ]; then echo line$n >&3; touch /tmp/done$n; n=$((n+1)); fi; sleep 0.05; done`)
+	t.Cleanup(func() { d.Try("rm", "-f", id) })
+	line := func(n int) {
+		t.Helper()
+		sh(t, d, id, fmt.Sprintf("touch /tmp/go%d; while [ ! -e /tmp/done%d ]; do sleep 0.05; done", n, n))
+	}
+	line(0)
+	killPlugin(t, d)
+	line(1)
+	line(2)
+	d.Docker(t, "stop", id)
+	mustHost(t, s.host("log"), "line0\nline1\nline2\n")
+	// Nothing is left held: a new container's stop finds nothing to write.
+	out, err := d.Try("run", "--rm", "--network", "none", "-v", vol+":/data", image, "sh", "-c", "cat /data/log && echo next >> /data/log")
+	noStaleMount(t, out+fmt.Sprint(err))
+	if err != nil || out != "line0\nline1\nline2" {
+		t.Fatalf("a new container after the stop: %q, %v", out, err)
+	}
+	mustHost(t, s.host("log"), "line0\nline1\nline2\nnext\n")
 }
 
 // TestD4_UnmountIdempotentWithDockerCp: docker cp into a running container

@@ -177,6 +177,7 @@ type Store struct {
 	kept keptSet // store files kept open between read-only opens (OpenKept)
 
 	heldWriters heldWriters // files holding their path dirty (File.BeginWrite)
+	orphans     orphans     // paths held for a killed run's writers (watchOrphans)
 
 	// Metrics (see Stats), counted where the work happens.
 	hits         atomic.Int64 // opens served from content already local (countHit)
@@ -293,10 +294,13 @@ func Open(cfg Config) (*Store, error) {
 				s.tombs[rel] = b
 			}
 		}
-		s.leftovers.expect(j.Pending()) // before the queue's first Put
+		// Taken before the queue starts: its first Puts make them clean.
+		pending := j.Pending()
+		s.leftovers.expect(pending)
 		s.queue = writeback.New(j, putter{s}, cfg.WriteBack)
-		if n := len(j.Pending()); n > 0 {
-			s.log.Info("resuming writeback left by an earlier run", "pending", n)
+		if len(pending) > 0 {
+			s.log.Info("resuming writeback left by an earlier run", "pending", len(pending))
+			s.watchOrphans(pending)
 		}
 	}
 	s.prefetch = newPrefetcher(s)
@@ -307,6 +311,7 @@ func Open(cfg Config) (*Store, error) {
 func (s *Store) Close() error {
 	var errs []error
 	s.prefetch.close()
+	s.stopOrphans()
 	if s.queue != nil {
 		s.queue.Close()
 	}
@@ -346,10 +351,21 @@ func (s *Store) Flush(ctx context.Context, rels ...string) error {
 		return nil
 	}
 	rels = wholeIfNone(rels)
-	if err := s.heldWriters.followRenames(s.queue); err != nil {
+	if err := s.beforeFlush(); err != nil {
 		return err
 	}
 	return s.queue.Flush(ctx, rels...)
+}
+
+// beforeFlush brings the holds up to date before a flush: each moved to
+// the name its file has now (a rename lands while the flush starts), and
+// those for a killed run's writers that are gone released, so that the
+// flush writes back what is held under the names the files have and
+// leaves clean a path nothing writes any more (the exit flush after a
+// container's stop).
+func (s *Store) beforeFlush() error {
+	s.checkOrphans()
+	return s.heldWriters.followRenames(s.queue)
 }
 
 // wholeIfNone is rels, or the whole source ("") when there are none.
@@ -387,7 +403,7 @@ func (s *Store) sync(ctx context.Context, dataOnly bool, rels []string) error {
 	rels = wholeIfNone(rels)
 	w := s.fsyncs.wait(rels, dataOnly)
 	defer s.fsyncs.done(w)
-	if err := s.heldWriters.followRenames(s.queue); err != nil {
+	if err := s.beforeFlush(); err != nil {
 		return err
 	}
 	if err := s.queue.Flush(ctx, rels...); err != nil {

@@ -1,0 +1,153 @@
+package frontend
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/bindstate/bindstate/plugin/consistency"
+)
+
+// TestD4_AWriterTheKilledPluginLeftKeepsItsWrites: a delegated file open
+// for writing only is served by passthrough, so a container process that
+// has it open keeps writing to the store file after the plugin is killed,
+// and each write succeeds. Rule D4: those writes must reach the host, at
+// each flush while the process writes and once it closes the file, under
+// the name the file has then. Before store/orphans.go, the restarted
+// plugin wrote the path back once and then held it clean: nothing written
+// after that reached the host (the host kept "first\nbefore\n").
+func TestD4_AWriterTheKilledPluginLeftKeepsItsWrites(t *testing.T) {
+	overLocalAndShare(t, func(t *testing.T, overShare bool) {
+		r := newCrashRig(t, consistency.Delegated, overShare, "1h")
+		host := func(rel string) string {
+			b, err := os.ReadFile(filepath.Join(r.hostNow(t), rel))
+			if err != nil {
+				return "error: " + err.Error()
+			}
+			return string(b)
+		}
+		if err := os.WriteFile(r.mntPath("f"), []byte("first\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		w, err := os.OpenFile(r.mntPath("f"), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		write := func(s string) {
+			t.Helper()
+			if _, err := w.WriteString(s); err != nil {
+				t.Fatalf("write %q through the descriptor the killed plugin served: %v", s, err)
+			}
+		}
+		write("before\n")
+
+		if err := r.crash(0, false); err != nil {
+			t.Fatal(err)
+		}
+		// The new run writes back what the journal had: the file as it
+		// was at the kill.
+		if err := r.front.Flush(bg()); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := host("f"), "first\nbefore\n"; got != want {
+			t.Fatalf("host after the restart's flush: %q, want %q", got, want)
+		}
+
+		write("after the kill\n") // the kernel writes the store file itself
+		if err := r.front.Flush(bg()); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := host("f"), "first\nbefore\nafter the kill\n"; got != want {
+			t.Fatalf("host after a flush: %q, want %q: a write the container saw succeed after the kill did not reach the host", got, want)
+		}
+		if s := r.front.Status(); s.Dirty != 1 {
+			t.Errorf("status while the killed run's writer still has the file open: %d dirty, want 1 (held)", s.Dirty)
+		}
+
+		// Renamed through the new mount: the hold goes along.
+		if err := os.Rename(r.mntPath("f"), r.mntPath("g")); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.front.Flush(bg()); err != nil {
+			t.Fatal(err)
+		}
+		write("after the rename\n")
+		if err := r.front.Flush(bg()); err != nil {
+			t.Fatal(err)
+		}
+		const all = "first\nbefore\nafter the kill\nafter the rename\n"
+		if got := host("g"); got != all {
+			t.Fatalf("host's g after a rename through the new mount and a flush: %q, want %q", got, all)
+		}
+
+		// Closed: the hold goes, and its release writes the file back.
+		write("last\n")
+		if err := w.Close(); err != nil {
+			t.Logf("close of the descriptor the killed plugin served: %v", err)
+		}
+		waitFor(t, "nothing dirty once the writer closed its file", func() bool { return r.front.Status().Dirty == 0 })
+		if got := host("g"); got != all+"last\n" {
+			t.Fatalf("host's g once the writer closed it: %q, want %q", got, all+"last\n")
+		}
+		if got := readFile(t, r.mntPath("g")); got != all+"last\n" {
+			t.Fatalf("the mount's g: %q, want %q", got, all+"last\n")
+		}
+		if _, err := os.Stat(filepath.Join(r.hostNow(t), "f")); !os.IsNotExist(err) {
+			t.Fatalf("host's f after its rename: %v, want it gone", err)
+		}
+	})
+}
+
+// TestC3_AWriterTheKilledPluginLeftWritesTheHost: the cached side of
+// TestD4_AWriterTheKilledPluginLeftKeepsItsWrites. Over a kernel file
+// system a cached file open for writing only is served from the host file
+// itself (store.File.HostPassthrough), so the process's writes after the
+// kill go to the host at once (rule C3), and the mount of the new run shows
+// them within the refresh interval, as any host change. Over sshfs every
+// cached write goes through the plugin: after the kill it fails, and
+// nothing the container did not see succeed is on the host.
+func TestC3_AWriterTheKilledPluginLeftWritesTheHost(t *testing.T) {
+	overLocalAndShare(t, func(t *testing.T, overShare bool) {
+		r := newCrashRig(t, consistency.Cached, overShare, "50ms")
+		hostF := filepath.Join(r.host, "f")
+		writeFile(t, r.mntPath("f"), "first\n")
+		w, err := os.OpenFile(r.mntPath("f"), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		if _, err := w.WriteString("before\n"); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.crash(0, false); err != nil {
+			t.Fatal(err)
+		}
+		_, err = w.WriteString("after the kill\n")
+		want := "first\nbefore\nafter the kill\n"
+		if overShare {
+			if err == nil {
+				t.Fatalf("a cached write over sshfs after the kill succeeded: it went through the dead plugin")
+			}
+			want = "first\nbefore\n"
+		} else if err != nil {
+			t.Fatalf("a cached write over a local folder after the kill, served from the host file: %v", err)
+		}
+		if got := readFile(t, hostF); got != want {
+			t.Fatalf("host after the write: %q, want %q (C3: on the host when the write returns)", got, want)
+		}
+		waitFor(t, "the mount to show the host's file", func() bool { return readFile(t, r.mntPath("f")) == want })
+	})
+}
+
+// overLocalAndShare runs test over a local folder and over an sshfs share
+// (subtests "local", "sshfs").
+func overLocalAndShare(t *testing.T, test func(t *testing.T, overShare bool)) {
+	for _, overShare := range []bool{false, true} {
+		name := "local"
+		if overShare {
+			name = "sshfs"
+		}
+		t.Run(name, func(t *testing.T) { test(t, overShare) })
+	}
+}
