@@ -184,7 +184,7 @@ func TestD4_JournalReplayedAfterPluginCrash(t *testing.T) {
 // which the plugin serves by passthrough) while the plugin is killed. Its
 // mount is dead, but the kernel still writes that file, so its writes
 // after the kill succeed; rule D4: they reach the host by the container's
-// stop. Before store/orphans.go the restarted plugin wrote the file back
+// stop. Before store/leftwriters.go the restarted plugin wrote the file back
 // once, as it was at the kill, and the lines after that never reached the
 // host (it kept "line0\n").
 func TestD4_AContainersOpenFileKeepsItsWritesAcrossAPluginCrash(t *testing.T) {

@@ -253,6 +253,18 @@ type exerciser struct {
 	// flush (see tolerateInPlaceCopies).
 	inPlace map[string]bool
 	tidied  bool
+	// Delegated crashes only: files a process had open for writing when
+	// the plugin was killed, which it keeps writing (leftWriterAppend).
+	leftWriters []exLeftWriter
+}
+
+// exLeftWriter is a descriptor opened through a mount whose plugin was killed
+// since: a passthrough writer's writes still reach the store file, and
+// must reach the host too (store/leftwriters.go).
+type exLeftWriter struct {
+	f    *os.File
+	path string   // its name when opened, for the log
+	ino  *exInode // what it writes, whatever its names now
 }
 
 func dirOf(p string) string {
@@ -368,6 +380,10 @@ func truncData(ino *exInode, n int) {
 // op runs one random operation on the mount and the model.
 func (x *exerciser) op() {
 	mp := x.r.mntPath
+	if len(x.leftWriters) > 0 && x.rnd.Intn(10) == 0 {
+		x.leftWriterAppend()
+		return
+	}
 	k := x.rnd.Intn(100)
 	switch {
 	case k < 14: // create or overwrite a whole file
@@ -714,6 +730,66 @@ func (x *exerciser) noteInPlace() {
 	}
 }
 
+// keepWriter opens a file for appending through the mount and keeps it
+// open across the crash that follows (delegated): the writer a container's
+// log or database is.
+func (x *exerciser) keepWriter() {
+	p, ok := x.pickFile()
+	if !ok {
+		return
+	}
+	f, err := os.OpenFile(x.r.mntPath(p), os.O_WRONLY|os.O_APPEND, 0)
+	x.must(err, "open "+p+" to keep writing across the crash")
+	x.log("keep %s open for appending across the crash", p)
+	x.leftWriters = append(x.leftWriters, exLeftWriter{f: f, path: p, ino: x.m.files[p]})
+}
+
+// leftWriterAppend appends through a descriptor the killed plugin served. A
+// passthrough writer's write succeeds, and lands in its file whatever its
+// names are now (none: it is lost with the file, as on any file system);
+// one the plugin served itself fails (ENOTCONN: its connection is gone),
+// and the descriptor is closed.
+func (x *exerciser) leftWriterAppend() {
+	i := x.rnd.Intn(len(x.leftWriters))
+	o := x.leftWriters[i]
+	b := x.data(1 + x.rnd.Intn(3000))
+	if _, err := o.f.Write(b); err != nil {
+		x.log("append to %s (opened before a kill) failed: %v; closed", o.path, err)
+		x.closeLeftWriter(i)
+		x.count["left writer append failed"]++
+		return
+	}
+	x.log("append to %s (opened before a kill): %d bytes", o.path, len(b))
+	o.ino.data = append(o.ino.data, b...)
+	x.count["left writer append"]++
+	// The mount shows it within a look of the store's
+	// (store/leftwriters.go), as a cached mount shows a host change
+	// within its check: wait for it, under a name the file has now.
+	for p, ino := range x.m.files {
+		if ino != o.ino {
+			continue
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			st, err := os.Lstat(x.r.mntPath(p))
+			if err == nil && st.Size() == int64(len(o.ino.data)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				x.focus = append(x.focus, p, o.path)
+				x.fail("the mount never showed the append to %s (opened before a kill) at %s: %v, %v", o.path, p, st, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		break
+	}
+}
+
+func (x *exerciser) closeLeftWriter(i int) {
+	x.leftWriters[i].f.Close() // its error is the dead plugin's, not news
+	x.leftWriters = append(x.leftWriters[:i], x.leftWriters[i+1:]...)
+}
+
 func exOps() int {
 	if v, err := strconv.Atoi(os.Getenv("BINDSTATE_EXERCISE_OPS")); err == nil && v > 0 {
 		return v
@@ -828,9 +904,16 @@ func runExerciser(t *testing.T, r *rig, st consistency.State, seed int64, crash 
 			} else {
 				x.log("plugin killed %v after the last operation, started again", pause)
 			}
+			if st == consistency.Delegated && x.rnd.Intn(2) == 0 {
+				x.keepWriter()
+			}
 			x.noteInPlace()
 			x.must(crash(pause, duringFlush), "plugin crash and restart")
 			x.count["crash"]++
+		}
+		if len(x.leftWriters) > 0 && x.rnd.Intn(4) == 0 {
+			x.log("close %s (opened before a kill)", x.leftWriters[0].path)
+			x.closeLeftWriter(0)
 		}
 		if st == consistency.Cached {
 			x.compare("host (cached: write-through)", r.hostNow(t))
@@ -843,6 +926,10 @@ func runExerciser(t *testing.T, r *rig, st consistency.State, seed int64, crash 
 			x.tidied = false
 			x.compare("host after flush", r.hostNow(t))
 		}
+	}
+	for len(x.leftWriters) > 0 {
+		x.log("close %s (opened before a kill)", x.leftWriters[0].path)
+		x.closeLeftWriter(0)
 	}
 	x.log("final flush")
 	x.must(r.front.Flush(bg()), "flush")

@@ -123,7 +123,9 @@ func New(st *store.Store, mountpoint string, o Options) (*Mount, error) {
 		fsys.restat.close()
 		return nil, &os.PathError{Op: "fuse mount", Path: mountpoint, Err: err}
 	}
-	return &Mount{server: server, root: root, mountpoint: mountpoint}, nil
+	m := &Mount{server: server, root: root, mountpoint: mountpoint}
+	st.OnWrittenBehind(func(rel string) { m.Invalidate(rel, true, false) })
+	return m, nil
 }
 
 // Mountpoint is where the file system is mounted.
@@ -140,6 +142,7 @@ var detachedWait = 10 * time.Second
 // the caller (and Docker's Unmount call) forever; it then says so.
 func (m *Mount) Unmount() error {
 	m.root.fs.restat.close()
+	m.root.fs.store.OnWrittenBehind(nil) // the store may outlive the mount (a drain)
 	err := m.server.Unmount()
 	if err != nil {
 		derr := unix.Unmount(m.mountpoint, unix.MNT_DETACH)

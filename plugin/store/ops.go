@@ -522,7 +522,7 @@ func (s *Store) Rename(ctx context.Context, oldRel, newRel string, flags uint32)
 	if err := s.rename(ctx, oldRel, newRel, flags); err != nil {
 		return err
 	}
-	return s.orphansRenamed(oldRel, newRel, flags&unix.RENAME_EXCHANGE != 0)
+	return s.leftWritersRenamed(oldRel, newRel, flags&unix.RENAME_EXCHANGE != 0)
 }
 
 func (s *Store) rename(ctx context.Context, oldRel, newRel string, flags uint32) error {

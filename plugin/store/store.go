@@ -177,7 +177,7 @@ type Store struct {
 	kept keptSet // store files kept open between read-only opens (OpenKept)
 
 	heldWriters heldWriters // files holding their path dirty (File.BeginWrite)
-	orphans     orphans     // paths held for a killed run's writers (watchOrphans)
+	left        leftWriters // paths held for writers a killed run left (watchLeftWriters)
 
 	// Metrics (see Stats), counted where the work happens.
 	hits         atomic.Int64 // opens served from content already local (countHit)
@@ -300,7 +300,7 @@ func Open(cfg Config) (*Store, error) {
 		s.queue = writeback.New(j, putter{s}, cfg.WriteBack)
 		if len(pending) > 0 {
 			s.log.Info("resuming writeback left by an earlier run", "pending", len(pending))
-			s.watchOrphans(pending)
+			s.watchLeftWriters(pending)
 		}
 	}
 	s.prefetch = newPrefetcher(s)
@@ -311,7 +311,7 @@ func Open(cfg Config) (*Store, error) {
 func (s *Store) Close() error {
 	var errs []error
 	s.prefetch.close()
-	s.stopOrphans()
+	s.stopLeftWriters()
 	if s.queue != nil {
 		s.queue.Close()
 	}
@@ -364,7 +364,7 @@ func (s *Store) Flush(ctx context.Context, rels ...string) error {
 // leaves clean a path nothing writes any more (the exit flush after a
 // container's stop).
 func (s *Store) beforeFlush() error {
-	s.checkOrphans()
+	s.checkLeftWriters()
 	return s.heldWriters.followRenames(s.queue)
 }
 

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/bindstate/bindstate/plugin/consistency"
 )
 
@@ -13,7 +15,7 @@ import (
 // has it open keeps writing to the store file after the plugin is killed,
 // and each write succeeds. Rule D4: those writes must reach the host, at
 // each flush while the process writes and once it closes the file, under
-// the name the file has then. Before store/orphans.go, the restarted
+// the name the file has then. Before store/leftwriters.go, the restarted
 // plugin wrote the path back once and then held it clean: nothing written
 // after that reached the host (the host kept "first\nbefore\n").
 func TestD4_AWriterTheKilledPluginLeftKeepsItsWrites(t *testing.T) {
@@ -150,4 +152,80 @@ func overLocalAndShare(t *testing.T, test func(t *testing.T, overShare bool)) {
 		}
 		t.Run(name, func(t *testing.T) { test(t, overShare) })
 	}
+}
+
+// TestD3_TheNewMountSeesWhatALeftWriterWrites: a writer the killed plugin
+// left (TestD4_AWriterTheKilledPluginLeftKeepsItsWrites) changes the store
+// file behind the new run's mount, whose kernel caches pages and
+// attributes; rule D3 wants one coherent view, and the new mount shows the
+// left writer's writes within a look of the store's (store/leftwriters.go).
+// Found by the crash exerciser once it kept writers open across kills: the
+// new mount kept the file's old size and pages, so a mapping of the file
+// made after the append was cut at the old size at its msync (the "XY"
+// was lost); here the new mount never showed the append at all. A mapping
+// held across the left writer's change sees it too, with no request to
+// ask.
+func TestD3_TheNewMountSeesWhatALeftWriterWrites(t *testing.T) {
+	overLocalAndShare(t, func(t *testing.T, overShare bool) {
+		r := newCrashRig(t, consistency.Delegated, overShare, "1h")
+		writeFile(t, r.mntPath("f"), "first\n")
+		appender, err := os.OpenFile(r.mntPath("f"), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer appender.Close()
+		overwriter, err := os.OpenFile(r.mntPath("f"), os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer overwriter.Close()
+		if err := r.crash(0, false); err != nil {
+			t.Fatal(err)
+		}
+
+		// A mapping made after the write.
+		seen := readFile(t, r.mntPath("f")) // the new mount's kernel reads it
+		const appended = "appended behind the mount\n"
+		if _, err := appender.WriteString(appended); err != nil {
+			t.Fatal(err)
+		}
+		size := len(seen) + len(appended)
+		waitFor(t, "the new mount to show the left writer's append", func() bool {
+			st, err := os.Stat(r.mntPath("f"))
+			return err == nil && st.Size() == int64(size)
+		})
+		if err := mmapWriteIn(r.mntPath("f"), size, len(seen)+2, []byte("XY")); err != nil {
+			t.Fatal(err)
+		}
+		want := seen + "apXYnded behind the mount\n"
+		if got := readFile(t, r.mntPath("f")); got != want {
+			t.Fatalf("the new mount reads %q after a mapping of it was written, want %q: its kernel kept pages or a size from before the left writer's write", got, want)
+		}
+
+		// A mapping held across the write (this process maps it: the
+		// plugin serving it is another).
+		fd, err := unix.Open(r.mntPath("f"), unix.O_RDONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		mm, err := unix.Mmap(fd, 0, len(want), unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Munmap(mm)
+		if got := string(mm); got != want {
+			t.Fatalf("the mapping holds %q, want %q", got, want)
+		}
+		if _, err := overwriter.WriteAt([]byte("FIRST"), 0); err != nil { // same size
+			t.Fatal(err)
+		}
+		waitFor(t, "the mapping to show the left writer's overwrite", func() bool { return string(mm[:5]) == "FIRST" })
+		if err := r.front.Flush(bg()); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := readFile(t, filepath.Join(r.hostNow(t), "f")), "FIRST"+want[5:]; got != want {
+			t.Fatalf("host f = %q, want %q", got, want)
+		}
+	})
 }
