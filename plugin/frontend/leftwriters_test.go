@@ -31,11 +31,7 @@ func TestD4_AWriterTheKilledPluginLeftKeepsItsWrites(t *testing.T) {
 		if err := os.WriteFile(r.mntPath("f"), []byte("first\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		w, err := os.OpenFile(r.mntPath("f"), os.O_WRONLY|os.O_APPEND, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Close()
+		w := keepOpen(t, r.mntPath("f"), os.O_WRONLY|os.O_APPEND)
 		write := func(s string) {
 			t.Helper()
 			if _, err := w.WriteString(s); err != nil {
@@ -114,18 +110,14 @@ func TestC3_AWriterTheKilledPluginLeftWritesTheHost(t *testing.T) {
 		r := newCrashRig(t, consistency.Cached, overShare, "50ms")
 		hostF := filepath.Join(r.host, "f")
 		writeFile(t, r.mntPath("f"), "first\n")
-		w, err := os.OpenFile(r.mntPath("f"), os.O_WRONLY|os.O_APPEND, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Close()
+		w := keepOpen(t, r.mntPath("f"), os.O_WRONLY|os.O_APPEND)
 		if _, err := w.WriteString("before\n"); err != nil {
 			t.Fatal(err)
 		}
 		if err := r.crash(0, false); err != nil {
 			t.Fatal(err)
 		}
-		_, err = w.WriteString("after the kill\n")
+		_, err := w.WriteString("after the kill\n")
 		want := "first\nbefore\nafter the kill\n"
 		if overShare {
 			if err == nil {
@@ -169,16 +161,8 @@ func TestD3_TheNewMountSeesWhatALeftWriterWrites(t *testing.T) {
 	overLocalAndShare(t, func(t *testing.T, overShare bool) {
 		r := newCrashRig(t, consistency.Delegated, overShare, "1h")
 		writeFile(t, r.mntPath("f"), "first\n")
-		appender, err := os.OpenFile(r.mntPath("f"), os.O_WRONLY|os.O_APPEND, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer appender.Close()
-		overwriter, err := os.OpenFile(r.mntPath("f"), os.O_WRONLY, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer overwriter.Close()
+		appender := keepOpen(t, r.mntPath("f"), os.O_WRONLY|os.O_APPEND)
+		overwriter := keepOpen(t, r.mntPath("f"), os.O_WRONLY)
 		if err := r.crash(0, false); err != nil {
 			t.Fatal(err)
 		}
@@ -228,4 +212,39 @@ func TestD3_TheNewMountSeesWhatALeftWriterWrites(t *testing.T) {
 			t.Fatalf("host f = %q, want %q", got, want)
 		}
 	})
+}
+
+// keepOpen opens p with flag for the rest of the test (a writer that
+// outlives a kill of the plugin); it is closed at the end.
+func keepOpen(t *testing.T, p string, flag int) *os.File {
+	t.Helper()
+	f, err := os.OpenFile(p, flag, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// abortStuckFuse (crash_test.go) is how the crash exerciser ends a killed
+// plugin that hangs in a request to its own mount; it must end the
+// mount's connection, here a live one's.
+func TestAbortStuckFuseEndsTheConnection(t *testing.T) {
+	r := newCrashRig(t, consistency.Delegated, false, "1h")
+	writeFile(t, r.mntPath("f"), "x")
+	if err := abortStuckFuse(r.mnt); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(r.mnt, &st); err != unix.ENOTCONN {
+		t.Fatalf("statfs of the mount after the abort: %v, want ENOTCONN", err)
+	}
+	// The child then exits on its kill, and the next one mounts afresh.
+	if r.child.kill() {
+		t.Fatal("the child hung after its connection was aborted")
+	}
+	r.start(t)
+	if got := readFile(t, r.mntPath("f")); got != "x" {
+		t.Fatalf("after a restart the mount reads %q, want %q", got, "x")
+	}
 }

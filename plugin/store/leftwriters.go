@@ -31,11 +31,13 @@ package store
 // run, and the hold keeps it in the journal across another crash.
 //
 // The hold is for the file (kept open for the asking), on one of its
-// names: a rename through the new mount takes it along
-// (leftWritersRenamed); when that name goes and the file has another (it
-// had several), the hold moves to one found by listing the store
-// (leftName); a file with no name left lets it go, as its data goes with
-// the removed file on any file system.
+// names: when that name no longer has the file (renamed through the new
+// mount, or removed while the file has another name), the next look moves
+// the hold to a name the file has, found by listing the store for its
+// inode (leftName: rare, a held file renamed); a file with no name left
+// lets it go, as its data goes with the removed file on any file system.
+// Each flush looks first, so what it writes back is under the file's
+// name of the moment.
 //
 // The new run's mount sees such a file change behind it: the kernel keeps
 // a file's pages and attributes, and is told when the file changes through
@@ -56,7 +58,6 @@ import (
 	"os"
 	"path"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,11 +85,10 @@ type leftWriters struct {
 }
 
 // leftFile is a held store file, open for reading (the lease is asked of
-// it, and it tells whether the file still has a name), and its size and
-// times at the last look.
+// it, and its fstat tells its inode and whether it still has a name), and
+// its size and times at the last look.
 type leftFile struct {
 	f    *os.File
-	ino  uint64
 	seen [3]int64 // size, mtime and ctime (ns)
 }
 
@@ -198,7 +198,7 @@ func (s *Store) adoptLeftWriter(rel string) {
 	if s.left.files == nil {
 		s.left.files = make(map[string]*leftFile)
 	}
-	l := &leftFile{f: f, ino: st.Ino}
+	l := &leftFile{f: f}
 	l.saw(&st)
 	s.left.files[rel] = l
 	s.left.count.Store(int32(len(s.left.files)))
@@ -239,7 +239,7 @@ func (s *Store) lookAtLeftWriters() (changed []string) {
 			continue // cannot tell: asked again
 		}
 		if why == "" {
-			if now, ok := s.leftName(rel, l); !ok {
+			if now, ok := s.leftName(rel, st.Ino); !ok {
 				why = "no name of the store has the file"
 			} else if now != rel {
 				if err := s.moveLeftHold(rel, now); err != nil {
@@ -265,13 +265,12 @@ func (s *Store) lookAtLeftWriters() (changed []string) {
 	return changed
 }
 
-// leftName is a name the held file l has now: rel if it still has it
-// (renames through the mount move holds along: leftWritersRenamed), or,
-// when that name went with another name left (a file with several names:
-// the held one removed, or renamed over), another found by listing the
-// store for its inode. Rare, and the listing stops at the first.
-func (s *Store) leftName(rel string, l *leftFile) (string, bool) {
-	if st, err := s.local.Lstat(rel); err == nil && st.Ino == l.ino {
+// leftName is a name the store file of inode ino has now: rel if it still
+// has it, or else one found by listing the store for the inode (the file
+// renamed, or the held one of several names removed). Rare, and the
+// listing stops at the first.
+func (s *Store) leftName(rel string, ino uint64) (string, bool) {
+	if st, err := s.local.Lstat(rel); err == nil && st.Ino == ino {
 		return rel, true
 	}
 	dirs := []string{""}
@@ -285,7 +284,7 @@ func (s *Store) leftName(rel string, l *leftFile) (string, bool) {
 		for _, e := range ents {
 			p := path.Join(dir, e.Name)
 			switch {
-			case e.Type == unix.S_IFREG && e.Ino == l.ino:
+			case e.Type == unix.S_IFREG && e.Ino == ino:
 				return p, true
 			case e.Type == unix.S_IFDIR:
 				dirs = append(dirs, p)
@@ -313,54 +312,6 @@ func (s *Store) moveLeftHold(from, to string) error {
 	delete(s.left.files, from)
 	s.left.files[to] = l
 	return nil
-}
-
-// leftWritersRenamed moves the holds of the left writers at or beneath
-// oldRel to newRel after a rename through the mount (both ways for an
-// exchange).
-func (s *Store) leftWritersRenamed(oldRel, newRel string, exchange bool) error {
-	if s.left.count.Load() == 0 {
-		return nil
-	}
-	s.left.mu.Lock()
-	defer s.left.mu.Unlock()
-	moved := map[string]string{} // old name -> new
-	for rel := range s.left.files {
-		if to, ok := renamedTo(rel, oldRel, newRel); ok {
-			moved[rel] = to
-		} else if to, ok := renamedTo(rel, newRel, oldRel); ok && exchange {
-			moved[rel] = to
-		}
-	}
-	// All held at their new names before any is released at its old one:
-	// an exchange swaps two.
-	files := make(map[string]*leftFile, len(moved))
-	for from, to := range moved {
-		if err := s.queue.Hold(to); err != nil {
-			return fmt.Errorf("journal %q: %w", to, err)
-		}
-		files[to] = s.left.files[from]
-	}
-	for from := range moved {
-		s.queue.Release(from)
-		delete(s.left.files, from)
-	}
-	for to, l := range files {
-		s.left.files[to] = l
-	}
-	s.left.count.Store(int32(len(s.left.files)))
-	return nil
-}
-
-// renamedTo is rel's name after a rename of from to to, if it moved.
-func renamedTo(rel, from, to string) (string, bool) {
-	if rel == from {
-		return to, true
-	}
-	if rest, ok := strings.CutPrefix(rel, from+"/"); ok && from != "" {
-		return path.Join(to, rest), true
-	}
-	return "", false
 }
 
 // writtenElsewhere fstats f (into st) and reports whether a file of it is

@@ -519,13 +519,6 @@ func ignoreENOENT(err error) error {
 // host too, after writing back what is pending beneath both names, with all
 // container changes held off so nothing lands under the old name meanwhile.
 func (s *Store) Rename(ctx context.Context, oldRel, newRel string, flags uint32) error {
-	if err := s.rename(ctx, oldRel, newRel, flags); err != nil {
-		return err
-	}
-	return s.leftWritersRenamed(oldRel, newRel, flags&unix.RENAME_EXCHANGE != 0)
-}
-
-func (s *Store) rename(ctx context.Context, oldRel, newRel string, flags uint32) error {
 	if flags&^(unix.RENAME_NOREPLACE|unix.RENAME_EXCHANGE) != 0 {
 		return unix.EINVAL
 	}
