@@ -189,6 +189,7 @@ func TestD4_JournalReplayedAfterPluginCrash(t *testing.T) {
 // host (it kept "line0\n").
 func TestD4_AContainersOpenFileKeepsItsWritesAcrossAPluginCrash(t *testing.T) {
 	d := need(t)
+	off := d.LogSize()
 	s := newShareSource(t)
 	vol := createVolume(t, d, s.Source, "delegated")
 	// Writes line N to its open log when /tmp/goN appears, then makes
@@ -213,6 +214,14 @@ func TestD4_AContainersOpenFileKeepsItsWritesAcrossAPluginCrash(t *testing.T) {
 		t.Fatalf("a new container after the stop: %q, %v", out, err)
 	}
 	mustHost(t, s.host("log"), "line0\nline1\nline2\nnext\n")
+	// The plugin's requests to its own mounts come from threads with file
+	// tables of their own (plugin/ownmount), in the managed plugin too:
+	// killed while one is served, it still goes.
+	for _, line := range strings.Split(d.LogSince(off), "\n") {
+		if strings.Contains(line, "shares the process's files") {
+			t.Errorf("the managed plugin could not unshare its own-mount threads' file tables: %s", line)
+		}
+	}
 }
 
 // TestD4_UnmountIdempotentWithDockerCp: docker cp into a running container

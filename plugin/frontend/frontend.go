@@ -24,6 +24,7 @@ import (
 	"github.com/bindstate/bindstate/plugin/driver"
 	"github.com/bindstate/bindstate/plugin/fsys"
 	"github.com/bindstate/bindstate/plugin/hostpath"
+	"github.com/bindstate/bindstate/plugin/ownmount"
 	"github.com/bindstate/bindstate/plugin/store"
 	"github.com/bindstate/bindstate/plugin/syncer"
 )
@@ -179,8 +180,10 @@ func (o *Opener) mount(spec driver.FrontSpec, ost *openStore, log *slog.Logger) 
 	}
 	// The refresher brings host changes in through mnt, opened before a
 	// read-only volume's read-only bind covers the mount: mnt stays on the
-	// writable mount beneath, which only the plugin reaches.
-	mnt, err := hostpath.Open(mp)
+	// writable mount beneath, which only the plugin reaches. Its requests
+	// come from ownmount's thread: one killed while they are served would
+	// otherwise keep the killed plugin.
+	mnt, err := ownmount.Open(mp)
 	if err != nil {
 		m.Unmount()
 		return nil, err
@@ -279,7 +282,7 @@ type storeFront struct {
 	key, source string
 	ost         *openStore
 	mount       *fsys.Mount
-	mnt         *hostpath.Root
+	mnt         *ownmount.Root
 	inUse       *syncer.InUse // files the container opened lately (the refresher stats them)
 	readOnly    bool          // a read-only bind covers the mount (spec.ReadOnly)
 	rescan      time.Duration // the volume's rescan interval

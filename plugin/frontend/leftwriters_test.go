@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bindstate/bindstate/plugin/consistency"
+	"github.com/bindstate/bindstate/plugin/internal/testenv"
 )
 
 // TestD4_AWriterTheKilledPluginLeftKeepsItsWrites: a delegated file open
@@ -226,13 +227,13 @@ func keepOpen(t *testing.T, p string, flag int) *os.File {
 	return f
 }
 
-// abortStuckFuse (crash_test.go) is how the crash exerciser ends a killed
-// plugin that hangs in a request to its own mount; it must end the
-// mount's connection, here a live one's.
-func TestAbortStuckFuseEndsTheConnection(t *testing.T) {
+// testenv.AbortFuse is how the crash exerciser ends a killed plugin that
+// hangs (a fault it then reports); it must end the mount's connection, here
+// a live one's.
+func TestAbortFuseEndsTheConnection(t *testing.T) {
 	r := newCrashRig(t, consistency.Delegated, false, "1h")
 	writeFile(t, r.mntPath("f"), "x")
-	if err := abortStuckFuse(r.mnt); err != nil {
+	if err := testenv.AbortFuse(r.mnt); err != nil {
 		t.Fatal(err)
 	}
 	var st unix.Statfs_t

@@ -4,9 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/bindstate/bindstate/plugin/hostpath"
+	"github.com/bindstate/bindstate/plugin/ownmount"
 )
 
 // restater puts back what the kernel drops of a directory's attributes after
@@ -35,6 +33,7 @@ import (
 // early) costs the container one GETATTR, as before.
 type restater struct {
 	mountpoint string
+	root       *ownmount.Root // the mount's root, for statAll; run's only, closed when it ends
 
 	mu       sync.Mutex
 	queue    []restat
@@ -95,6 +94,11 @@ func (r *restater) close() {
 
 func (r *restater) run() {
 	defer close(r.stopped)
+	defer func() {
+		if r.root != nil {
+			r.root.Close()
+		}
+	}()
 	for {
 		select {
 		case <-r.stop:
@@ -122,14 +126,20 @@ func (r *restater) run() {
 
 // statAll stats each directory of batch through the mount, never through a
 // symlink (the tree is the container's to shape), and returns those whose
-// stat drew no GETATTR, to be tried again.
+// stat drew no GETATTR, to be tried again. The stats come from an ownmount
+// thread, opened at the first batch and kept: a plugin killed while one is
+// served must not be kept by it.
 func (r *restater) statAll(batch []restat) []restat {
-	root, err := hostpath.Open(r.mountpoint)
-	if err != nil {
-		return nil // unmounting
+	if r.root == nil {
+		root, err := ownmount.Open(r.mountpoint)
+		if err != nil {
+			return nil // unmounting
+		}
+		r.root = root
 	}
-	defer root.Close()
-	var retry []restat
+	var nodes []restat
+	var rels []string
+	var before []uint64
 	seen := make(map[*node]bool, len(batch))
 	for _, e := range batch {
 		if seen[e.n] {
@@ -140,18 +150,19 @@ func (r *restater) statAll(batch []restat) []restat {
 		if !ok {
 			continue // removed meanwhile
 		}
-		before := e.n.getattrs.Load()
-		var st unix.Stat_t
-		if rel == "" {
-			err = unix.Fstatat(root.Fd(), "", &st, unix.AT_EMPTY_PATH)
-		} else {
-			st, err = root.Lstat(rel)
-		}
-		if err != nil {
-			continue
-		}
+		nodes = append(nodes, e)
+		rels = append(rels, rel)
+		before = append(before, e.n.getattrs.Load())
+	}
+	errs, err := r.root.Lstats(rels)
+	if err != nil {
+		return nil
+	}
+	var retry []restat
+	for i, e := range nodes {
 		switch {
-		case e.n.getattrs.Load() != before:
+		case errs[i] != nil:
+		case e.n.getattrs.Load() != before[i]:
 			e.n.fs.store.CountOp("restat") // attributes put back
 		case e.try+1 < restatTries:
 			retry = append(retry, restat{n: e.n, try: e.try + 1})

@@ -29,15 +29,17 @@ func (*busyError) Errno() syscall.Errno { return syscall.EBUSY }
 // events), not in place.
 var ErrRetargeted = errors.New("store: refresh: the host's symlink has another target; replace instead")
 
-// BringIn runs fn, which applies one host change, on a thread whose requests
-// through the mount count as host-origin. It holds no lock while fn runs: fn
-// makes syscalls on the mount, and the FUSE requests they cause take the
-// store's lock themselves (exclusively, see lockShared) and refuse a path the
-// container has changed (ErrBusy). A lock held across such a syscall would
-// deadlock with a container request that holds the kernel's directory lock
-// and waits for the store.
-func (s *Store) BringIn(fn func() error) error {
-	return s.threads.Run(fn)
+// BringIn runs fn, which applies one host change, with the requests of the
+// OS thread tid through the mount counting as host-origin: fn makes its
+// syscalls on the mount from that thread (the refresh's ownmount.Root), which
+// must live until fn returns (Threads.During). It holds no lock while fn
+// runs: the FUSE requests fn causes take the store's lock themselves
+// (exclusively, see lockShared) and refuse a path the container has changed
+// (ErrBusy). A lock held across such a syscall would deadlock with a
+// container request that holds the kernel's directory lock and waits for the
+// store.
+func (s *Store) BringIn(tid uint32, fn func() error) error {
+	return s.threads.During(tid, fn)
 }
 
 // RefreshEntry updates the store entry rel from the host entry, in place:

@@ -2,10 +2,7 @@ package store
 
 import (
 	"context"
-	"runtime"
 	"sync"
-
-	"golang.org/x/sys/unix"
 )
 
 // Host changes must raise inotify events inside the container, and only the
@@ -13,12 +10,13 @@ import (
 // matching syscall through the FUSE mount itself. The FUSE layer must then
 // tell that request apart from a container's, or it would write the change
 // back to the host. It does so by the caller's thread id: the syncer makes
-// those syscalls from OS threads it has locked and registered here.
+// those syscalls from an OS thread of its own (ownmount's), registered here
+// while it applies a change.
 
 // Threads is a set of OS thread ids whose FUSE requests are host-origin.
 type Threads struct {
 	mu  sync.RWMutex
-	ids map[uint32]struct{}
+	ids map[uint32]int // how many During calls registered each
 }
 
 // Has reports whether tid is a registered applier thread.
@@ -29,21 +27,22 @@ func (t *Threads) Has(tid uint32) bool {
 	return ok
 }
 
-// Run runs fn on a locked OS thread registered as host-origin for the
-// duration of the call.
-func (t *Threads) Run(fn func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	tid := uint32(unix.Gettid())
+// During registers tid as host-origin while fn runs. The thread must live
+// until fn returns: once a thread is gone its id can be given to another,
+// maybe a container's process, whose requests would then be taken for the
+// host's and never written back.
+func (t *Threads) During(tid uint32, fn func() error) error {
 	t.mu.Lock()
 	if t.ids == nil {
-		t.ids = make(map[uint32]struct{})
+		t.ids = make(map[uint32]int)
 	}
-	t.ids[tid] = struct{}{}
+	t.ids[tid]++
 	t.mu.Unlock()
 	defer func() {
 		t.mu.Lock()
-		delete(t.ids, tid)
+		if t.ids[tid]--; t.ids[tid] == 0 {
+			delete(t.ids, tid)
+		}
 		t.mu.Unlock()
 	}()
 	return fn()

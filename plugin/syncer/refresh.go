@@ -19,6 +19,22 @@ type Invalidator interface {
 	Invalidate(rel string, content, entry bool)
 }
 
+// Mount is where the refresher makes host changes: the store's own FUSE
+// mount, so that the kernel raises the container's events and drops its
+// caches as for any change (ownmount.Root, whose thread a killed plugin
+// cannot be stranded on).
+type Mount interface {
+	Mkdir(rel string, mode uint32) error
+	Mknod(rel string, mode uint32, dev uint64) error
+	Symlink(target, rel string) error
+	Create(rel string, mode uint32) error // a new empty regular file
+	Truncate(rel string, size int64) error
+	RemoveAll(rel string) error
+	// ThreadID is the OS thread the requests come from, which the store
+	// registers as host-origin while a change is applied (BringIn).
+	ThreadID() uint32
+}
+
 // Refresher keeps a mounted store up to date with host edits. A share gives
 // no change notifications (sshfs, NFS, 9p), so it looks, in two ways:
 //
@@ -39,7 +55,7 @@ type Invalidator interface {
 // never looked into costs nothing.
 type Refresher struct {
 	store *store.Store
-	mnt   *hostpath.Root // the FUSE mount, where changes are applied
+	mnt   Mount // the FUSE mount, where changes are applied
 	inval Invalidator
 	inUse *InUse // nil: no files are stat'ed by checks
 	every time.Duration
@@ -109,7 +125,7 @@ func watchOf(mtime int64) dirWatch {
 
 // NewRefresher applies host changes to st through the mount opened as mnt,
 // looking every interval; checks also stat the files in inUse (may be nil).
-func NewRefresher(st *store.Store, mnt *hostpath.Root, inval Invalidator, inUse *InUse, every time.Duration, log *slog.Logger) *Refresher {
+func NewRefresher(st *store.Store, mnt Mount, inval Invalidator, inUse *InUse, every time.Duration, log *slog.Logger) *Refresher {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -644,7 +660,7 @@ func (r *Refresher) markOf(dir string, host []hostpath.Entry) (syncMark, error) 
 // content is in place (rule D1: what is read after the event is the host's).
 func (r *Refresher) apply(dir string, a Action) error {
 	rel := join(dir, a.Name)
-	return r.store.BringIn(func() error {
+	return r.store.BringIn(r.mnt.ThreadID(), func() error {
 		if r.store.Busy(rel) {
 			return nil // the container got there first
 		}
@@ -691,11 +707,7 @@ func (r *Refresher) create(rel string, st *unix.Stat_t) error {
 	case unix.S_IFDIR:
 		return r.mnt.Mkdir(rel, 0o700)
 	case unix.S_IFREG:
-		f, err := r.mnt.OpenFile(rel, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY, 0o600)
-		if err != nil {
-			return err
-		}
-		return f.Close()
+		return r.mnt.Create(rel, 0o600)
 	case unix.S_IFLNK:
 		return r.mnt.Symlink("bindstate-placeholder", rel)
 	default:

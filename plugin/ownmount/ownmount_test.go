@@ -1,0 +1,364 @@
+package ownmount
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/bindstate/bindstate/plugin/hostpath"
+	"github.com/bindstate/bindstate/plugin/internal/testenv"
+)
+
+// The test binary's main goroutine stays on the process's first thread, so
+// that TestMain can start a thread from there (fromFirst).
+func init() { runtime.LockOSThread() }
+
+// fromFirst is a thread started from the process's first thread, as a
+// Root's is when the scheduler has put its goroutine there.
+var fromFirst struct {
+	t   *thread
+	err error
+}
+
+func TestMain(m *testing.M) {
+	if unix.Gettid() == unix.Getpid() {
+		t := &thread{calls: make(chan func())}
+		started := make(chan error, 1)
+		var returned atomic.Bool
+		// Were the first thread kept, run would serve on it until stopped.
+		time.AfterFunc(5*time.Second, func() {
+			if !returned.Load() {
+				t.stop()
+			}
+		})
+		t.run(started)
+		returned.Store(true)
+		fromFirst.t, fromFirst.err = t, <-started
+	}
+	os.Exit(m.Run())
+}
+
+// A Root's thread never is the process's first: /proc/self is that
+// thread's table, and the process reads its own descriptors through it
+// (hostpath's xattrs of a store file, a bind mount's source).
+func TestTheProcesssFirstThreadKeepsTheProcesssTable(t *testing.T) {
+	if fromFirst.t == nil {
+		t.Skip("TestMain did not run on the process's first thread")
+	}
+	if fromFirst.err != nil {
+		t.Fatal(fromFirst.err)
+	}
+	if int(fromFirst.t.tid) == unix.Getpid() {
+		t.Fatal("the thread started from the process's first thread is that thread")
+	}
+	f, err := os.CreateTemp(t.TempDir(), "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if l, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd())); l != f.Name() {
+		t.Fatalf("/proc/self/fd of a file the process opened: %q, %v; want %s", l, err, f.Name())
+	}
+	dir := t.TempDir()
+	if !fromFirst.t.do(func() { err = unix.Mkdir(filepath.Join(dir, "d"), 0o700) }) || err != nil {
+		t.Fatalf("mkdir on the thread: %v", err)
+	}
+	fromFirst.t.stop()
+}
+
+// The kill tests run a child process (this test binary again) that mounts
+// a file system whose lookup of "stall" never answers, and looks "stall" up
+// on its own mount: through a Root, or (to show the hazard) from an
+// ordinary goroutine. Once the child says its server is serving that
+// request, the test kills it with SIGKILL and waits for it to be gone.
+const childEnv = "BINDSTATE_OWNMOUNT_CHILD" // "root" or "plain", a tab, the mountpoint
+
+// stallRoot is the child's file system: one name that stalls.
+type stallRoot struct{ fs.Inode }
+
+var _ = (fs.NodeLookuper)((*stallRoot)(nil))
+
+func (r *stallRoot) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if name == "stall" {
+		fmt.Println("serving") // the request was read: its sender can no longer be interrupted
+		<-make(chan struct{})
+	}
+	return nil, syscall.ENOENT
+}
+
+// TestOwnMountChild is the child's body; it does nothing in a plain run.
+func TestOwnMountChild(t *testing.T) {
+	spec, ok := os.LookupEnv(childEnv)
+	if !ok {
+		t.Skip("only run as a child of the kill tests")
+	}
+	how, mp, _ := strings.Cut(spec, "\t")
+	server, err := fs.Mount(mp, &stallRoot{}, &fs.Options{MountOptions: fuse.MountOptions{DirectMount: true, FsName: "ownmount-test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Unmount()
+	switch how {
+	case "root":
+		m, err := Open(mp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Lstats([]string{"stall"})
+	default:
+		var st unix.Stat_t
+		unix.Lstat(filepath.Join(mp, "stall"), &st)
+	}
+	t.Fatal("the stalled lookup returned")
+}
+
+// killAsking starts the child, kills it once its own lookup is being
+// served, and reports whether it was gone within a while. If it was not,
+// its mount's connection is aborted (and the child then goes).
+func killAsking(t *testing.T, how string) (gone bool) {
+	testenv.RequireFUSE(t)
+	mp := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestOwnMountChild$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), childEnv+"="+how+"\t"+mp)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(mp, unix.MNT_DETACH)
+	serving := make(chan bool, 1)
+	var said strings.Builder
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			said.WriteString(sc.Text() + "\n")
+			if sc.Text() == "serving" {
+				serving <- true
+				break
+			}
+		}
+		close(serving)
+	}()
+	select {
+	case ok := <-serving:
+		if !ok {
+			cmd.Wait()
+			t.Fatalf("the child ended before its lookup was served:\n%s%s", said.String(), stderr.String())
+		}
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		t.Fatal("the child's lookup was not served within a minute")
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(10 * time.Second):
+	}
+	if err := testenv.AbortFuse(mp); err != nil {
+		t.Fatalf("the killed child hangs, and its connection could not be aborted: %v", err)
+	}
+	<-done
+	return false
+}
+
+// A plugin killed while its own request to its mount is being served must
+// still go: Docker cannot start it again while it is there, and its mount
+// hangs instead of failing (rule D4: the container's stop waits on it).
+func TestD4_AKilledPluginAskingItsOwnMountGoes(t *testing.T) {
+	if !killAsking(t, "root") {
+		t.Fatal("the child killed while a Root's lookup was served hung until its FUSE connection was aborted")
+	}
+}
+
+// The hazard Root is for, shown: the same request from an ordinary
+// goroutine keeps the killed process. (If a kernel ended such a wait by
+// itself, the test above would prove nothing there; this says so.)
+func TestAKilledProcessAskingItsOwnMountFromAnyThreadHangs(t *testing.T) {
+	if killAsking(t, "plain") {
+		t.Skip("this kernel lets a process killed during its own FUSE request go: Root is not needed here, and TestD4_AKilledPluginAskingItsOwnMountGoes shows nothing")
+	}
+}
+
+// Each operation acts on the directory, and reports the path and errno of
+// what failed.
+func TestOperations(t *testing.T) {
+	testenv.RequireRoot(t, "mknod")
+	dir := t.TempDir()
+	m, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		{"mkdir d", func() error { return m.Mkdir("d", 0o700) }},
+		{"create d/f", func() error { return m.Create("d/f", 0o600) }},
+		{"truncate d/f", func() error { return m.Truncate("d/f", 5) }},
+		{"symlink d/l", func() error { return m.Symlink("target", "d/l") }},
+		{"mknod d/p", func() error { return m.Mknod("d/p", unix.S_IFIFO|0o600, 0) }},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			t.Fatalf("%s: %v", s.what, err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "d/f")); err != nil || fi.Size() != 5 {
+		t.Fatalf("d/f after create and truncate: %v, %v", fi, err)
+	}
+	if l, err := os.Readlink(filepath.Join(dir, "d/l")); l != "target" {
+		t.Fatalf("d/l: %q, %v", l, err)
+	}
+	if fi, err := os.Lstat(filepath.Join(dir, "d/p")); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Fatalf("d/p: %v, %v", fi, err)
+	}
+	errs, err := m.Lstats([]string{"", "d", "d/l", "missing", "../up"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, rel := range []string{"", "d", "d/l"} {
+		if errs[i] != nil {
+			t.Errorf("lstat %q: %v", rel, errs[i])
+		}
+	}
+	if !errors.Is(errs[3], unix.ENOENT) {
+		t.Errorf("lstat missing: %v, want ENOENT", errs[3])
+	}
+	if !errors.Is(errs[4], hostpath.ErrEscape) {
+		t.Errorf("lstat ../up: %v, want a refusal (hostpath.ErrEscape)", errs[4])
+	}
+	if err := m.Create("d/f", 0o600); !errors.Is(err, unix.EEXIST) || !strings.Contains(err.Error(), filepath.Join(dir, "d/f")) {
+		t.Errorf("create of an existing file: %v, want EEXIST naming the path", err)
+	}
+	if err := m.RemoveAll("d"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "d")); !os.IsNotExist(err) {
+		t.Fatalf("d after RemoveAll: %v", err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Mkdir("e", 0o700); !errors.Is(err, unix.ENOTCONN) {
+		t.Errorf("mkdir after Close: %v, want ENOTCONN", err)
+	}
+	if err := m.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+// The thread's table keeps no copy of the process's files: a file the
+// process opened for writing before the thread started and closed after it
+// has no writer left (a copy would keep a store file's last writer, or a
+// journal's lock, for the thread's life).
+func TestTheThreadKeepsNoCopyOfTheProcesssFiles(t *testing.T) {
+	dir := t.TempDir()
+	name := filepath.Join(dir, "f")
+	w, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	w.Close()
+	r, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	// A read lease is refused while the file is open for writing anywhere.
+	if _, err := unix.FcntlInt(r.Fd(), unix.F_SETLEASE, unix.F_RDLCK); err != nil {
+		t.Fatalf("a read lease on the closed file: %v (the thread's table still has it open for writing)", err)
+	}
+	unix.FcntlInt(r.Fd(), unix.F_SETLEASE, unix.F_UNLCK)
+}
+
+// The runtime works on the thread: a collection started there polls with
+// the runtime's descriptors, which the thread's table must still have (the
+// runtime throws if they are gone), and timers and goroutines work.
+func TestTheRuntimeWorksOnTheThread(t *testing.T) {
+	m, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for range 3 {
+		if err := m.run(func() error {
+			runtime.GC()
+			time.Sleep(time.Millisecond)
+			c := make(chan int)
+			go func() { c <- 1 }()
+			<-c
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// And the process's poller still works from its other threads.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	go func() { time.Sleep(10 * time.Millisecond); pw.Write([]byte("x")); pw.Close() }()
+	pr.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b := make([]byte, 1)
+	if _, err := pr.Read(b); err != nil {
+		t.Fatalf("a pipe read through the poller: %v", err)
+	}
+}
+
+// Where unshare is refused, a Root still serves, from a thread that shares
+// the process's files, and the plugin says once what that risks.
+func TestARefusedUnshareStillServesAndSaysSo(t *testing.T) {
+	var logged strings.Builder
+	defer func(l *slog.Logger) { slog.SetDefault(l) }(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, nil)))
+	defer func(f func() error) { unshareFiles = f }(unshareFiles)
+	unshareFiles = func() error { return unix.EPERM }
+	sharedWarning = sync.Once{}
+	dir := t.TempDir()
+	for range 2 {
+		m, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Mkdir("d", 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+			t.Fatal(err)
+		}
+		m.Close()
+	}
+	if _, err := os.Stat(filepath.Join(dir, "d")); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logged.String(), "can hang"); n != 1 {
+		t.Fatalf("the warning was logged %d times, want once:\n%s", n, logged.String())
+	}
+}
