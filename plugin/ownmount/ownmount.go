@@ -186,10 +186,10 @@ func startThread() (*thread, error) {
 	return t, nil
 }
 
-// run is the thread's goroutine. It never unlocks the thread: when it
-// returns, the runtime ends the thread rather than give its file table to
-// other goroutines. (The runtime never makes a new thread from a locked
-// one, so none shares this table.)
+// run is the thread's goroutine. Once it has unshared the table it never
+// unlocks the thread: when it returns, the runtime ends the thread rather
+// than give its file table to other goroutines. (The runtime never makes a
+// new thread from a locked one, so none shares this table.)
 func (t *thread) run(started chan<- error) {
 	runtime.LockOSThread()
 	if unix.Gettid() == unix.Getpid() {
