@@ -26,7 +26,9 @@
 // What runs on the thread must close on the thread whatever it opens (a
 // descriptor opened there is a number in the thread's table, meaningless
 // to the others), so Root offers the operations themselves, never the
-// descriptors: each opens, acts and closes within one call.
+// descriptors: each opens, acts and closes within one call. Nor does it
+// offer those that name a descriptor by /proc/self/fd (hostpath's xattrs,
+// chown, utimes, chmod): that is the process's table, not the thread's.
 package ownmount
 
 import (
