@@ -167,18 +167,25 @@ type thread struct {
 	closed bool
 }
 
-func startThread() (*thread, error) {
-	// The runtime's poller must exist before the table is copied: made
-	// after, its descriptors would be missing from the thread's copy, where
-	// the runtime can use them too (a collection started by an allocation
-	// on the thread polls the network at its end). A pipe is a pollable
-	// file: making one sets the poller up, once for the process.
+// pollerReady sets up the runtime's poller, once for the process. It must
+// exist before a thread's table is copied: made after, its descriptors
+// would be missing from the copy, where the runtime can use them too (a
+// collection started by an allocation on the thread polls the network at
+// its end). A pipe is a pollable file: making one sets the poller up.
+var pollerReady = sync.OnceValue(func() error {
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("set up the runtime's poller: %w", err)
 	}
 	pr.Close()
 	pw.Close()
+	return nil
+})
+
+func startThread() (*thread, error) {
+	if err := pollerReady(); err != nil {
+		return nil, err
+	}
 	t := &thread{calls: make(chan func())}
 	started := make(chan error, 1)
 	go t.run(started)

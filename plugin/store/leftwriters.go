@@ -56,7 +56,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -282,7 +281,7 @@ func (s *Store) leftName(rel string, ino uint64) (string, bool) {
 			continue
 		}
 		for _, e := range ents {
-			p := path.Join(dir, e.Name)
+			p := join(dir, e.Name)
 			switch {
 			case e.Type == unix.S_IFREG && e.Ino == ino:
 				return p, true
