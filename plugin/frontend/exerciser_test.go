@@ -942,6 +942,12 @@ func runExerciser(t *testing.T, r *rig, st consistency.State, seed int64, crash 
 		x.fail("status after the final flush: %+v; want nothing dirty, failed or in conflict (but for %d conflict copies after crashes, of files written back in place)",
 			s, x.count["in-place conflict copy"])
 	}
+	// A kept writer's appends are passthrough writes, which the kill does
+	// not stop: had every one failed, the run would have tested nothing of
+	// left writers (store/leftwriters.go) while passing.
+	if n := x.count["left writer append failed"]; n > 0 && x.count["left writer append"] == 0 {
+		x.fail("all %d appends through descriptors kept across kills failed: no writer outlived the plugin, so nothing of left writers was tested", n)
+	}
 	t.Logf("%d operations in %v: %v", x.step, time.Since(start).Round(time.Millisecond), x.count)
 }
 
