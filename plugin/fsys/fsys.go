@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bindstate/bindstate/plugin/internal/logrepeat"
+	"github.com/bindstate/bindstate/plugin/ownmount"
 	"github.com/bindstate/bindstate/plugin/store"
 )
 
@@ -119,8 +120,11 @@ func New(st *store.Store, mountpoint string, o Options) (*Mount, error) {
 		return nil, &os.PathError{Op: "fuse mount", Path: mountpoint, Err: err}
 	}
 	go server.Serve()
-	if err := server.WaitMount(); err != nil {
+	// WaitMount looks a name up in the new mount: the plugin's own
+	// request, made from a thread that cannot keep a killed plugin alive.
+	if err := ownmount.Do(server.WaitMount); err != nil {
 		fsys.restat.close()
+		server.Unmount() // best effort: mounted, but never to be served
 		return nil, &os.PathError{Op: "fuse mount", Path: mountpoint, Err: err}
 	}
 	m := &Mount{server: server, root: root, mountpoint: mountpoint}

@@ -102,6 +102,19 @@ func (r *stallRoot) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 	return nil, syscall.ENOENT
 }
 
+// stallAttrRoot is the child's file system for Do: the root's attributes
+// stall, which the kernel asks for (default_permissions) before the first
+// name looked up in the mount, go-fuse's WaitMount's own.
+type stallAttrRoot struct{ fs.Inode }
+
+var _ = (fs.NodeGetattrer)((*stallAttrRoot)(nil))
+
+func (r *stallAttrRoot) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	fmt.Println("serving")
+	<-make(chan struct{})
+	return 0
+}
+
 // TestOwnMountChild is the child's body; it does nothing in a plain run.
 func TestOwnMountChild(t *testing.T) {
 	spec, ok := os.LookupEnv(childEnv)
@@ -109,6 +122,17 @@ func TestOwnMountChild(t *testing.T) {
 		t.Skip("only run as a child of the kill tests")
 	}
 	how, mp, _ := strings.Cut(spec, "\t")
+	if how == "wait" {
+		opts := &fs.Options{MountOptions: fuse.MountOptions{DirectMount: true, FsName: "ownmount-test",
+			Options: []string{"default_permissions"}}}
+		server, err := fuse.NewServer(fs.NewNodeFS(&stallAttrRoot{}, opts), mp, &opts.MountOptions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go server.Serve()
+		Do(server.WaitMount)
+		t.Fatal("the wait for the mount returned")
+	}
 	server, err := fs.Mount(mp, &stallRoot{}, &fs.Options{MountOptions: fuse.MountOptions{DirectMount: true, FsName: "ownmount-test"}})
 	if err != nil {
 		t.Fatal(err)
@@ -190,6 +214,15 @@ func killAsking(t *testing.T, how string) (gone bool) {
 func TestD4_AKilledPluginAskingItsOwnMountGoes(t *testing.T) {
 	if !killAsking(t, "root") {
 		t.Fatal("the child killed while a Root's lookup was served hung until its FUSE connection was aborted")
+	}
+}
+
+// Do is the same for a library's requests: go-fuse's WaitMount, whose
+// first lookup in the new mount has the kernel ask for the root's
+// attributes, stalled here.
+func TestD4_AKilledPluginWaitingForItsNewMountGoes(t *testing.T) {
+	if !killAsking(t, "wait") {
+		t.Fatal("the child killed while WaitMount's request to its own mount was served (through Do) hung until its FUSE connection was aborted")
 	}
 }
 
@@ -298,6 +331,72 @@ func TestTheThreadKeepsNoCopyOfTheProcesssFiles(t *testing.T) {
 		t.Fatalf("a read lease on the closed file: %v (the thread's table still has it open for writing)", err)
 	}
 	unix.FcntlInt(r.Fd(), unix.F_SETLEASE, unix.F_UNLCK)
+}
+
+// The thread's table has the standard three and the runtime's poller and
+// nothing else, however many files the process has open and wherever their
+// numbers lie (below, between and above the runtime's).
+func TestTheThreadKeepsOnlyTheRuntimesFiles(t *testing.T) {
+	t.Run("close_range", testKeepsOnlyTheRuntimesFiles)
+	t.Run("a kernel without close_range", func(t *testing.T) {
+		defer func(f func(uint, uint, uint) error) { closeRange = f }(closeRange)
+		closeRange = func(uint, uint, uint) error { return unix.ENOSYS }
+		testKeepsOnlyTheRuntimesFiles(t)
+	})
+}
+
+func testKeepsOnlyTheRuntimesFiles(t *testing.T) {
+	var opened []*os.File
+	defer func() {
+		for _, f := range opened {
+			f.Close()
+		}
+	}()
+	for range 300 {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opened = append(opened, f)
+	}
+	high, err := unix.FcntlInt(opened[0].Fd(), unix.F_DUPFD_CLOEXEC, 5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(high)
+	var kept []string
+	err = Do(func() error {
+		const dir = "/proc/thread-self/fd"
+		fds, err := listFds(dir)
+		if err != nil {
+			return err
+		}
+		for _, fd := range fds {
+			l, err := os.Readlink(fmt.Sprintf("%s/%d", dir, fd))
+			if err != nil {
+				return err
+			}
+			if fd > 2 {
+				kept = append(kept, fmt.Sprintf("%d %s", fd, l))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runtimes int
+	for _, k := range kept {
+		_, l, _ := strings.Cut(k, " ")
+		if !runtimeFile(l) {
+			t.Errorf("the thread's table has %s", k)
+		} else {
+			runtimes++
+		}
+	}
+	if runtimes < 2 {
+		t.Errorf("the thread's table has %d of the runtime's files, want its epoll and eventfd: %q", runtimes, kept)
+	}
 }
 
 // The runtime works on the thread: a collection started there polls with
