@@ -864,7 +864,17 @@ func stopRig(t *testing.T, r *rig) {
 // directory, as the next run does.
 func restartRig(t *testing.T, r *rig) *rig {
 	t.Helper()
+	return restartRigAfter(t, r, nil)
+}
+
+// restartRigAfter is restartRig with between (if not nil) run while the
+// volume is closed: what a run killed at some point left.
+func restartRigAfter(t *testing.T, r *rig, between func()) *rig {
+	t.Helper()
 	stopRig(t, r)
+	if between != nil {
+		between()
+	}
 	o := New(r.o.cfg)
 	f, err := o.Open(bg(), r.spec)
 	if err != nil {

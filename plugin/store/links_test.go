@@ -2,11 +2,14 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math/rand"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -508,3 +511,65 @@ func linkedStore(t *testing.T) *Store {
 
 // named is a File's current-path func for a file that stays at rel.
 func named(rel string) func() (string, bool) { return func() (string, bool) { return rel, true } }
+
+// A hard link is made in the store first and on the host second, so that a
+// plugin killed between the two leaves a store name the host lacks, which
+// the next run's refresh removes (the link the container saw fail was not
+// made; frontend's TestD4_C3_ALinkCutByAKillIsNotMade), never a host link
+// the store lacks, which the refresh would bring in as a file of its own.
+// A link the host refuses (here EEXIST: a host file the store has not seen
+// yet) is taken back from the store: the container sees the host's error
+// and its view unchanged.
+func TestD4_C3_ALinkIsMadeInTheStoreFirstAndTakenBackIfTheHostRefuses(t *testing.T) {
+	for _, st := range []consistency.State{consistency.Cached, consistency.Delegated} {
+		t.Run(st.String(), func(t *testing.T) {
+			s := openTestStore(t, st, func(h string) {
+				os.WriteFile(filepath.Join(h, "f"), []byte("content"), 0o644)
+			})
+			ctx := context.Background()
+			if err := s.EnsurePopulated(""); err != nil {
+				t.Fatal(err)
+			}
+			var between []string
+			testHookLinkHalves = func(newRel string) {
+				_, serr := s.Lstat(newRel)
+				_, herr := os.Lstat(filepath.Join(s.Host().Path(), newRel))
+				between = append(between, fmt.Sprintf("%s: store %v, host %v", newRel, serr, herr))
+				if serr != nil || herr == nil {
+					t.Errorf("between Link's halves: the store's %s: %v, the host's: %v; want the store's made and not the host's", newRel, serr, herr)
+				}
+			}
+			t.Cleanup(func() { testHookLinkHalves = nil })
+			if err := s.Link(ctx, "f", "g"); err != nil {
+				t.Fatal(err)
+			}
+			if len(between) != 1 {
+				t.Fatalf("Link ran its halves %d times (%q), want once", len(between), between)
+			}
+			for _, name := range []string{"f", "g"} {
+				if hst, err := os.Lstat(filepath.Join(s.Host().Path(), name)); err != nil || hst.Sys().(*syscall.Stat_t).Nlink != 2 {
+					t.Fatalf("host %s after the link: %v, %v; want a file with 2 names", name, hst, err)
+				}
+			}
+
+			// The host has h, which the store has not seen: the link to h
+			// is refused there, and the store's h goes again.
+			testHookLinkHalves = nil
+			if err := os.WriteFile(filepath.Join(s.Host().Path(), "h"), []byte("host's"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Link(ctx, "f", "h"); !errors.Is(err, unix.EEXIST) {
+				t.Fatalf("link over a host file the store has not seen: %v, want EEXIST", err)
+			}
+			if _, err := s.Lstat("h"); !errors.Is(err, unix.ENOENT) {
+				t.Fatalf("the store's h after the host refused the link: %v, want none (ENOENT)", err)
+			}
+			if lst, err := s.Lstat("f"); err != nil || lst.Nlink != 2 {
+				t.Fatalf("the store's f after the refused link: nlink %d, %v; want 2 (f and g)", lst.Nlink, err)
+			}
+			if b, err := os.ReadFile(filepath.Join(s.Host().Path(), "h")); err != nil || string(b) != "host's" {
+				t.Fatalf("the host's h after the refused link: %q, %v", b, err)
+			}
+		})
+	}
+}

@@ -403,10 +403,45 @@ func (s *Store) Link(ctx context.Context, oldRel, newRel string) error {
 		}
 	}
 	defer s.lockShared(ctx)()
-	return s.do(routeThrough, []string{oldRel, newRel},
-		func() error { return s.host.Link(oldRel, newRel) },
-		func() error { return s.local.Link(oldRel, newRel) })
+	// The store's name first, then the host's, and the store's taken back
+	// if the host refuses. In the other order a plugin killed between the
+	// two left the host with the link and the store without it, and no
+	// later look at the host could tell: the host refresh brought the new
+	// name in as a file of its own (a share such as sshfs shows every name
+	// as its own inode), so a write through one name no longer reached the
+	// other in the container. In this order the same kill leaves a store
+	// name the host lacks, which the refresh removes as a host removal: the
+	// link the container saw fail (ENOTCONN) was not made. (The kernel holds
+	// the new name's directory for the whole request: no lookup through the
+	// mount sees the store's name before the host has it, or after it is
+	// taken back.)
+	// TestD4_C3_ALinkIsMadeInTheStoreFirstAndTakenBackIfTheHostRefuses,
+	// TestD4_C3_ALinkCutByAKillIsNotMade.
+	return s.do(routeThrough, []string{oldRel, newRel}, nil, func() error {
+		if err := s.local.Link(oldRel, newRel); err != nil {
+			return err
+		}
+		if testHookLinkHalves != nil {
+			testHookLinkHalves(newRel)
+		}
+		if err := s.host.Link(oldRel, newRel); err != nil {
+			if rerr := s.local.Remove(newRel); rerr != nil {
+				s.log.Warn("link refused by the host, and its store name could not be taken back",
+					"path", newRel, "err", err, "remove_err", rerr)
+			}
+			return err
+		}
+		return nil
+	})
 }
+
+// testHookRenameHalves, if set (by tests), runs in a Rename made on the
+// host between the host's half and the store's.
+var testHookRenameHalves func(newRel string)
+
+// testHookLinkHalves, if set (by tests), runs in Link between the store's
+// name and the host's: where a kill would leave the link.
+var testHookLinkHalves func(newRel string)
 
 // Unlink removes the non-directory rel.
 func (s *Store) Unlink(ctx context.Context, rel string) error {
@@ -546,8 +581,24 @@ func (s *Store) Rename(ctx context.Context, oldRel, newRel string, flags uint32)
 	// writing a file into oldRel would see its temporary file carried off
 	// to newRel and its final rename fail, leaving the temporary behind.
 	defer s.treeLocks.lock(oldRel, newRel)()
+	// Recorded while the host has it and the store not yet: a plugin
+	// killed between the two has the next run finish it (halfmade.go). An
+	// exchange needs none: both names stay on each side.
+	if flags&unix.RENAME_EXCHANGE == 0 {
+		if end, err := s.halfMade.begin(oldRel, newRel); err != nil {
+			// A full store disk, say: the rename goes on unrecorded, as
+			// before records, rather than fail.
+			s.halfMadeLog.Warn("a rename made without its record: a plugin killed during it leaves the refresh to bring the host's side in",
+				"path", oldRel, "to", newRel, "err", err)
+		} else {
+			defer end()
+		}
+	}
 	if err := s.host.Rename(oldRel, newRel, uint(flags)); err != nil {
 		return err
+	}
+	if testHookRenameHalves != nil {
+		testHookRenameHalves(newRel)
 	}
 	if err := s.local.Rename(oldRel, newRel, uint(flags)); err != nil {
 		return err

@@ -75,8 +75,14 @@ func parentMissing(err error) bool {
 	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, hostpath.ErrEscape)
 }
 
+// testHookPut, if set (by tests), is told of each path a Put starts on.
+var testHookPut func(rel string)
+
 // putEntry is put for a rel whose host parent is taken to exist.
 func (s *Store) putEntry(ctx context.Context, rel string, removes bool) error {
+	if testHookPut != nil {
+		testHookPut(rel)
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -110,11 +110,15 @@ type Store struct {
 	writers         string    // how cached writers are served, for Stats
 	xattrsRefused   []string  // namespaces ("trusted.") the source refuses, and so the store (refusedXattrs); all: it takes none
 	ranges          *rangeLog // delegated: what the container wrote to large files since their last Put
-	fsyncs          fsyncWaits
-	held            heldFiles // delegated: host files kept open between a large file's Puts
-	log             *slog.Logger
-	apply           sync.RWMutex
-	locks           keyedMutex // per-path: populate and fetch happen once
+	halfMade        halfMade  // the renames made on the host and not yet in the store
+	// halfMadeLog says which renames went unrecorded (halfMade.begin
+	// failed: a full store disk); limited, as a container renames at will.
+	halfMadeLog *logrepeat.Logger
+	fsyncs      fsyncWaits
+	held        heldFiles // delegated: host files kept open between a large file's Puts
+	log         *slog.Logger
+	apply       sync.RWMutex
+	locks       keyedMutex // per-path: populate and fetch happen once
 
 	// readerLog says what a container's reads meet (a full store), which
 	// may be every read: it limits repeats (logrepeat).
@@ -248,7 +252,8 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s := &Store{host: cfg.Host, local: local, state: cfg.State, log: cfg.Log, populatedMax: cfg.PopulatedLog,
 		shareWork: cfg.ShareWork, ranges: newRangeLog(), xattrsRefused: refusedXattrs(cfg.Host),
-		readerLog: logrepeat.Wrap(cfg.Log), tmp: newTmpTags(cfg.Tree)}
+		readerLog: logrepeat.Wrap(cfg.Log), tmp: newTmpTags(cfg.Tree),
+		halfMade: halfMade{dir: halfMadeDir(cfg.Tree)}, halfMadeLog: logrepeat.Wrap(cfg.Log)}
 	switch {
 	case !s.HostTakesXattrs():
 		cfg.Log.Info("extended attributes refused, as by the source: its file system takes none")
@@ -294,6 +299,11 @@ func Open(cfg Config) (*Store, error) {
 				s.tombs[rel] = b
 			}
 		}
+		if err := s.finishHalfMade(); err != nil {
+			j.Close()
+			local.Close()
+			return nil, err
+		}
 		// Taken before the queue starts: its first Puts make them clean.
 		pending := j.Pending()
 		s.leftovers.expect(pending)
@@ -301,6 +311,12 @@ func Open(cfg Config) (*Store, error) {
 		if len(pending) > 0 {
 			s.log.Info("resuming writeback left by an earlier run", "pending", len(pending))
 			s.watchLeftWriters(pending)
+		}
+	}
+	if s.journal == nil {
+		if err := s.finishHalfMade(); err != nil {
+			local.Close()
+			return nil, err
 		}
 	}
 	s.prefetch = newPrefetcher(s)
@@ -322,6 +338,7 @@ func (s *Store) Close() error {
 	s.closeKept()
 	errs = append(errs, s.local.Close())
 	s.readerLog.Close()
+	s.halfMadeLog.Close()
 	return errors.Join(errs...)
 }
 
