@@ -559,6 +559,21 @@ type exChange struct {
 	apply func(m *exModel)
 }
 
+// pickTruncate draws a truncate by path of a file: one syscall, as the
+// changes of pickChange (op makes it with ftruncate too, which is three).
+func (x *exerciser) pickTruncate() (exChange, bool) {
+	p, ok := x.pickFile()
+	if !ok {
+		return exChange{}, false
+	}
+	n := x.rnd.Intn(len(x.m.files[p].data) + 10000)
+	return exChange{
+		what: fmt.Sprintf("truncate %s to %d", p, n), kind: "truncate",
+		do:    func() error { return os.Truncate(x.r.mntPath(p), int64(n)) },
+		apply: func(m *exModel) { truncData(m.files[p], n) },
+	}, true
+}
+
 // pickChange draws a change for op's k (44 to 90), or false if the draw
 // makes none. uncertain: for a kill during it (killDuringChange), so not
 // the rmdir of a full directory, which op checks fails instead.
@@ -1105,8 +1120,9 @@ func runExerciser(t *testing.T, r *rig, st consistency.State, seed int64, crash 
 	t.Logf("%d operations in %v: %v", x.step, time.Since(start).Round(time.Millisecond), x.count)
 }
 
-// changeDuringCrash makes a change of names or modes (pickChange) with
-// the plugin killed pause after it began, and started again. Its syscall
+// changeDuringCrash makes a change of names or modes (pickChange), or a
+// truncate (pickTruncate), with the plugin killed pause after it began,
+// and started again. Its syscall
 // either returned before the kill (then the change holds, as any other
 // must) or failed with the connection's end (ENOTCONN, ECONNABORTED, EIO):
 // then the change may have been made or not, but whole. The restarted
@@ -1118,7 +1134,11 @@ func (x *exerciser) changeDuringCrash(crash exCrasher, pause time.Duration) {
 	var c exChange
 	ok := false
 	for tries := 0; !ok && tries < 20; tries++ {
-		c, ok = x.pickChange(44+x.rnd.Intn(47), true)
+		if x.rnd.Intn(8) == 0 {
+			c, ok = x.pickTruncate()
+		} else {
+			c, ok = x.pickChange(44+x.rnd.Intn(47), true)
+		}
 	}
 	if !ok {
 		x.log("plugin killed %v after the last operation (no change to make), started again", pause)

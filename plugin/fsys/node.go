@@ -74,10 +74,6 @@ var (
 	_ = (fs.NodeReader)((*node)(nil))
 )
 
-// testHookGetattr, if set (by tests), is told of each GETATTR: the path and
-// the thread that asked (the request's pid, a thread id).
-var testHookGetattr func(rel string, tid uint32)
-
 // testHookStoreOpened, if set (by tests), runs in an OPEN between the
 // store's open and the handle's.
 var testHookStoreOpened func(rel string)
@@ -167,11 +163,6 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.fs.store.CountOp("getattr")
 	n.getattrs.Add(1)
-	if testHookGetattr != nil {
-		if c, ok := fuse.FromContext(ctx); ok {
-			testHookGetattr(n.path(), c.Pid)
-		}
-	}
 	var st unix.Stat_t
 	var err error
 	// Without a handle from the kernel, go-fuse passes one of the file's

@@ -54,6 +54,26 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// withPrivateTables turns the threads' own file tables on for a test
+// (privateTables is off: see why there), with threads made for it only,
+// ended after it.
+func withPrivateTables(t *testing.T) {
+	privateTables = true
+	idle.mu.Lock()
+	saved := idle.threads
+	idle.threads = nil
+	idle.mu.Unlock()
+	t.Cleanup(func() {
+		idle.mu.Lock()
+		for _, th := range idle.threads {
+			th.stop()
+		}
+		idle.threads = saved
+		idle.mu.Unlock()
+		privateTables = false
+	})
+}
+
 // A Root's thread never is the process's first: /proc/self is that
 // thread's table, and the process reads its own descriptors through it
 // (hostpath's xattrs of a store file, a bind mount's source).
@@ -122,6 +142,7 @@ func TestOwnMountChild(t *testing.T) {
 		t.Skip("only run as a child of the kill tests")
 	}
 	how, mp, _ := strings.Cut(spec, "\t")
+	privateTables = how != "plain"
 	if how == "wait" {
 		opts := &fs.Options{MountOptions: fuse.MountOptions{DirectMount: true, FsName: "ownmount-test",
 			Options: []string{"default_permissions"}}}
@@ -309,6 +330,7 @@ func TestOperations(t *testing.T) {
 // has no writer left (a copy would keep a store file's last writer, or a
 // journal's lock, for the thread's life).
 func TestTheThreadKeepsNoCopyOfTheProcesssFiles(t *testing.T) {
+	withPrivateTables(t)
 	dir := t.TempDir()
 	name := filepath.Join(dir, "f")
 	w, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY, 0o600)
@@ -337,15 +359,7 @@ func TestTheThreadKeepsNoCopyOfTheProcesssFiles(t *testing.T) {
 // nothing else, however many files the process has open and wherever their
 // numbers lie (below, between and above the runtime's).
 func TestTheThreadKeepsOnlyTheRuntimesFiles(t *testing.T) {
-	t.Run("close_range", testKeepsOnlyTheRuntimesFiles)
-	t.Run("a kernel without close_range", func(t *testing.T) {
-		defer func(f func(uint, uint, uint) error) { closeRange = f }(closeRange)
-		closeRange = func(uint, uint, uint) error { return unix.ENOSYS }
-		testKeepsOnlyTheRuntimesFiles(t)
-	})
-}
-
-func testKeepsOnlyTheRuntimesFiles(t *testing.T) {
+	withPrivateTables(t)
 	var opened []*os.File
 	defer func() {
 		for _, f := range opened {
@@ -403,6 +417,7 @@ func testKeepsOnlyTheRuntimesFiles(t *testing.T) {
 // the runtime's descriptors, which the thread's table must still have (the
 // runtime throws if they are gone), and timers and goroutines work.
 func TestTheRuntimeWorksOnTheThread(t *testing.T) {
+	withPrivateTables(t)
 	m, err := Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -443,6 +458,7 @@ func TestARefusedUnshareStillServesAndSaysSo(t *testing.T) {
 	defer func(f func() error) { unshareFiles = f }(unshareFiles)
 	unshareFiles = func() error { return unix.EPERM }
 	sharedWarning = sync.Once{}
+	withPrivateTables(t) // new threads, which try to unshare
 	dir := t.TempDir()
 	for range 2 {
 		m, err := Open(dir)
@@ -459,5 +475,96 @@ func TestARefusedUnshareStillServesAndSaysSo(t *testing.T) {
 	}
 	if n := strings.Count(logged.String(), "can hang"); n != 1 {
 		t.Fatalf("the warning was logged %d times, want once:\n%s", n, logged.String())
+	}
+}
+
+// flushCounter is a file system of one file, "f", that counts the FLUSHes
+// of its open handles: one per close of a descriptor of it, copies too.
+type flushCounter struct {
+	fs.Inode
+	flushes atomic.Int32
+}
+
+type flushCountingFile struct {
+	fs.Inode
+	root *flushCounter
+}
+
+type flushCountingHandle struct{ root *flushCounter }
+
+var (
+	_ = (fs.NodeOnAdder)((*flushCounter)(nil))
+	_ = (fs.NodeOpener)((*flushCountingFile)(nil))
+	_ = (fs.FileFlusher)((*flushCountingHandle)(nil))
+)
+
+func (r *flushCounter) OnAdd(ctx context.Context) {
+	r.AddChild("f", r.NewPersistentInode(ctx, &flushCountingFile{root: r}, fs.StableAttr{Mode: syscall.S_IFREG}), false)
+}
+
+func (f *flushCountingFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	return &flushCountingHandle{root: f.root}, fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (h *flushCountingHandle) Flush(ctx context.Context) syscall.Errno {
+	h.root.flushes.Add(1)
+	return 0
+}
+
+// A thread started while the process has a file open does not flush it,
+// nor does its end, nor another Root on it (privateTables, off: with it on,
+// this failed: `starting two threads flushed the process's open file 2
+// times`):
+// a flush takes the file's deferred write error (sshfs hands a full
+// server's failed write to the first flush and forgets it), and the
+// writeback, whose close of its host file then said nothing, renamed a
+// short file into place as written (TestFault_D4_C3_ShareUnhealthy/full,
+// 1 run in 4: the host's payload never got the container's content). The
+// thread's table got a copy of every descriptor and closed it, and each
+// close of a copy was a FLUSH.
+func TestAThreadStartedWhileAFileIsOpenDoesNotFlushIt(t *testing.T) {
+	testenv.RequireFUSE(t)
+	mp := t.TempDir()
+	root := &flushCounter{}
+	server, err := fs.Mount(mp, root, &fs.Options{MountOptions: fuse.MountOptions{DirectMount: true, FsName: "ownmount-flush-test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Unmount()
+	// New threads (an idle one made before the file was opened has no
+	// copy of it), ended after the counts (which flushes their copies),
+	// before the unmount.
+	idle.mu.Lock()
+	saved := idle.threads
+	idle.threads = nil
+	idle.mu.Unlock()
+	defer func() {
+		idle.mu.Lock()
+		for _, th := range idle.threads {
+			th.stop()
+		}
+		idle.threads = saved
+		idle.mu.Unlock()
+	}()
+	f, err := os.OpenFile(filepath.Join(mp, "f"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Do(func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	if n := root.flushes.Load(); n != 0 {
+		t.Errorf("starting two threads flushed the process's open file %d times, want none", n)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := root.flushes.Load(); n != 1 {
+		t.Errorf("the file's close: %d flushes in all, want 1 (the test sees no flush)", n)
 	}
 }
