@@ -197,8 +197,8 @@ func Do(fn func() error) error {
 // to the first flush only), and the writeback, whose own close then said
 // nothing, took a short host file for written: the host's copy of the
 // container's file was never right (TestFault_D4_C3_ShareUnhealthy/full, 3
-// runs in 14 with the tables on, 0 in 11 with them off). Keeping one holds
-// the share's file open, and one of the plugin's own mount keeps it from
+// runs in 14 with the tables on). Keeping one instead (0 in 11) holds the
+// share's file open, and one of the plugin's own mount kept it from
 // unmounting. So the hazard the tables were for is back, a known limit
 // (docs/troubleshooting.md, "A killed plugin that does not go"), until
 // threads can be made with no copies (made at the process's start, say).
