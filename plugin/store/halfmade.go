@@ -113,8 +113,8 @@ func (s *Store) finishRename(oldRel, newRel string) {
 		// (leftwriters.go) is looked for by the names it holds, and its
 		// writes are written back under the name it now has.
 		for _, p := range s.journal.Pending() {
-			if p == oldRel || strings.HasPrefix(p, oldRel+"/") {
-				if err := s.journal.MarkDirty(newRel + p[len(oldRel):]); err != nil {
+			if rest, ok := beneath(p, oldRel); ok {
+				if err := s.journal.MarkDirty(newRel + rest); err != nil {
 					s.log.Warn("a rename the host made when the plugin stopped: journal its new name", "path", newRel, "err", err)
 				}
 			}

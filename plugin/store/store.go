@@ -844,15 +844,6 @@ func (s *Store) hostBase(rel string) (Base, bool) {
 // directory rename would have no base, and its later replacement would look
 // like a host change (rule D7: a spurious conflict copy).
 func (s *Store) moveTombs(oldRel, newRel string, exchange bool) {
-	beneath := func(p, root string) (string, bool) {
-		if p == root {
-			return "", true
-		}
-		if strings.HasPrefix(p, root+"/") {
-			return p[len(root):], true
-		}
-		return "", false
-	}
 	s.tombMu.Lock()
 	defer s.tombMu.Unlock()
 	moved := make(map[string]Base)
@@ -873,6 +864,18 @@ func (s *Store) moveTombs(oldRel, newRel string, exchange bool) {
 		s.tombs[p] = b
 		s.persistTomb(p, &b)
 	}
+}
+
+// beneath reports whether store path p is root or lies beneath it, and
+// what follows root in p ("" or "/...").
+func beneath(p, root string) (string, bool) {
+	if p == root {
+		return "", true
+	}
+	if strings.HasPrefix(p, root+"/") {
+		return p[len(root):], true
+	}
+	return "", false
 }
 
 // dropTomb forgets rel's tombstone once the host matches the store there.
