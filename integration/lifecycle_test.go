@@ -5,8 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bindstate/bindstate/integration/harness"
 )
 
 // TestCreate_RefusesInvalidOptions: docker volume create refuses a bad
@@ -320,5 +323,57 @@ func TestD4_WritebackRetriedWhenShareComesBack(t *testing.T) {
 	noStaleMount(t, out+fmt.Sprint(err))
 	if err != nil || out != "kept" {
 		t.Fatalf("volume after the share came back: %q, %v", out, err)
+	}
+}
+
+// TestD4_ThePluginsOwnRequestsComeFromThreadsWithoutTheFuseDevice: the
+// managed plugin, as Docker runs it, makes its requests to its own mounts
+// (the refresh's, the restater's) from threads whose file table has no
+// /dev/fuse, so that a plugin killed while it serves one goes (ownmount;
+// its unit tests kill one). Where the kernel or Docker's profile for the
+// plugin refused such a table, every thread would share the process's,
+// /dev/fuse in it, and the plugin would say so in its log.
+func TestD4_ThePluginsOwnRequestsComeFromThreadsWithoutTheFuseDevice(t *testing.T) {
+	d := need(t)
+	s := newShareSource(t)
+	writeHost(t, s.host("f"), "x")
+	vol := createVolume(t, d, s.Source, "cached")
+	id := runDetached(t, d, vol)
+	sh(t, d, id, "ls -l /data > /dev/null") // a listing: the restater's stats follow
+	pid := bindstatePid(t)
+	// fuseDevices counts a table's descriptors of /dev/fuse (char 10:229).
+	fuseDevices := func(fdDir string) int {
+		ents, err := os.ReadDir(fdDir)
+		if err != nil {
+			return -1
+		}
+		n := 0
+		for _, e := range ents {
+			var st syscall.Stat_t
+			if syscall.Stat(filepath.Join(fdDir, e.Name()), &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFCHR && st.Rdev == 10<<8|229 {
+				n++
+			}
+		}
+		return n
+	}
+	if n := fuseDevices(fmt.Sprintf("/proc/%d/fd", pid)); n < 1 {
+		t.Fatalf("the plugin's process has %d descriptors of /dev/fuse, want its mount's", n)
+	}
+	harness.Eventually(t, 30*time.Second, "a thread of the plugin without /dev/fuse (ownmount's)", func() (bool, string) {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			return false, err.Error()
+		}
+		var own int
+		for _, task := range tasks {
+			if fuseDevices(fmt.Sprintf("/proc/%d/task/%s/fd", pid, task.Name())) == 0 {
+				own++
+			}
+		}
+		return own >= 2, fmt.Sprintf("%d of %d threads without it, want the refresh's and the restater's", own, len(tasks))
+	})
+	// The managed plugin logs through the daemon.
+	if log := d.LogSince(0); strings.Contains(log, "share the process's files") {
+		t.Fatal("the plugin says its own requests come from threads that share the process's files")
 	}
 }

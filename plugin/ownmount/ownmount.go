@@ -13,18 +13,16 @@
 // table is closed only when its last thread has exited, which the waiting
 // thread never does. The killed plugin stays, one thread in state D, its
 // mount hanging instead of failing, and Docker cannot start it again
-// (docs/troubleshooting.md had it as a known limit; the crash exerciser met
-// it once in 36 runs).
+// (the crash exerciser met it once in 36 runs).
 //
-// So each Root runs its operations on one locked OS thread that has
-// unshared its file table (unshare(CLONE_FILES)) and closed, in its copy,
-// the descriptors a close only lets go of (closeInherited): /dev/fuse is
-// among them, a share's files (whose close is a flush) are not. When the
-// plugin is killed, its other threads exit, the process's table is closed
-// with /dev/fuse in it, the kernel aborts the connection, and the waiting
-// request ends (ENOTCONN): the thread exits too. Otherwise a thread never
-// ends (ending it would close the copies it keeps): it waits idle for the
-// next Root or Do.
+// So each Root runs its operations on one locked OS thread with a file
+// table of its own that holds none of the process's files but a few
+// harmless ones the process has had from its start (freshTable says how,
+// and why no other): /dev/fuse is not in it. When the plugin is
+// killed, its other threads exit, the process's table is closed with
+// /dev/fuse in it, the kernel aborts the connection, and the waiting
+// request ends (ENOTCONN): the thread exits too. Otherwise a thread waits
+// idle for the next Root or Do.
 //
 // What runs on the thread must close on the thread whatever it opens (a
 // descriptor opened there is a number in the thread's table, meaningless
@@ -37,11 +35,13 @@ package ownmount
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"runtime"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -188,30 +188,8 @@ func Do(fn func() error) error {
 	return err
 }
 
-// privateTables: each thread gets a file table of its own (unshareFiles,
-// closeInherited), so that a plugin killed while it served its own request
-// goes. Off: a thread's table starts as a copy of the process's, and the
-// copies of a share's files can be neither closed nor kept without harm.
-// Closing one, or ending the thread, is a close of the file, whose flush
-// takes its deferred write error (sshfs hands a full server's failed write
-// to the first flush only), and the writeback, whose own close then said
-// nothing, took a short host file for written: the host's copy of the
-// container's file was never right (TestFault_D4_C3_ShareUnhealthy/full, 3
-// runs in 14 with the tables on). Keeping one instead (0 in 11) holds the
-// share's file open, and one of the plugin's own mount kept it from
-// unmounting. So the hazard the tables were for is back, a known limit
-// (docs/troubleshooting.md, "A killed plugin that does not go"), until
-// threads can be made with no copies (made at the process's start, say).
-// The tests turn them on to keep the mechanism working.
-var privateTables = false
-
-// idle are the threads no Root or Do has now. A thread is never ended:
-// its table holds copies of files that were open in the process when it
-// was made (those of a share, which closeInherited does not close), and
-// ending the thread would close them, each close a flush (see
-// closeInherited). So it waits here for the next Root or Do, and the
-// plugin has as many as it ever used at once (up to three per mount
-// being made: its refresh, its restater, the wait for it).
+// idle are the threads no Root or Do has now, kept for the next one
+// (a thread's start costs a few syscalls and a wait for the scheduler).
 var idle struct {
 	mu      sync.Mutex
 	threads []*thread
@@ -238,8 +216,9 @@ func release(t *thread) {
 	idle.mu.Unlock()
 }
 
-// thread is one locked OS thread with a file table of its own, running the
-// functions it is given one at a time. stop ends it: only tests do.
+// thread is one locked OS thread with a file table of its own (or, where
+// the kernel refused one, the process's), running the functions it is
+// given one at a time. stop ends it: only tests do.
 type thread struct {
 	calls chan func()
 	tid   uint32 // set before startThread returns
@@ -250,12 +229,12 @@ type thread struct {
 
 // runtimeFiles are the descriptors of the runtime's poller (an epoll
 // instance and the eventfd that wakes it), made once for the process. A
-// thread's table must keep them: made after the table was copied, they
-// would be missing from the copy, where the runtime uses them too (a
-// collection started by an allocation on the thread polls the network at
-// its end). The first call sets the poller up (a pipe is a pollable file:
-// making one does) and finds them by their /proc links; their numbers
-// stay for the process's life.
+// thread's table must have them too, at the same numbers: the runtime uses
+// them from any thread (a collection started by an allocation on the
+// thread polls the network at its end, and throws if the epoll is gone).
+// The first call sets the poller up (a pipe is a pollable file: making one
+// does) and finds them by their /proc links; their numbers stay for the
+// process's life.
 var runtimeFiles = sync.OnceValues(func() ([]int, error) {
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -280,57 +259,68 @@ var runtimeFiles = sync.OnceValues(func() ([]int, error) {
 	return kept, nil // in order, as listFds lists
 })
 
+// sharedTables is set once a thread could not be given a table of its own
+// (an old kernel, a seccomp profile): the threads started after it share
+// the process's, as they did before ownmount, and only a kill during one
+// of their requests can hang. sharedWarning says so once.
+var (
+	sharedTables  atomic.Bool
+	sharedWarning sync.Once
+)
+
+// startThread starts a thread with a table of its own, or, where that is
+// refused, one that shares the process's.
 func startThread() (*thread, error) {
-	if _, err := runtimeFiles(); err != nil {
-		return nil, err
+	if !sharedTables.Load() {
+		t, err := start(true)
+		if err == nil {
+			return t, nil
+		}
+		sharedTables.Store(true)
+		sharedWarning.Do(func() {
+			slog.Warn("the plugin's requests to its own mounts come from threads that share the process's files: a plugin killed while one is served can hang (docs/troubleshooting.md, \"A killed plugin that does not go\")",
+				"err", err)
+		})
 	}
+	return start(false)
+}
+
+// start starts a thread and waits until it serves, or has ended.
+func start(ownTable bool) (*thread, error) {
 	t := &thread{calls: make(chan func())}
 	started := make(chan error, 1)
-	go t.run(started)
+	go t.run(started, ownTable)
 	if err := <-started; err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
-// run is the thread's goroutine. Once it has unshared the table it never
-// unlocks the thread: when it returns, the runtime ends the thread rather
-// than give its file table to other goroutines. (The runtime never makes a
-// new thread from a locked one, so none shares this table.)
-func (t *thread) run(started chan<- error) {
+// run is the thread's goroutine. It never unlocks the thread once it may
+// have a table of its own: when it returns, the runtime ends the thread
+// rather than give the table to other goroutines. (The runtime never makes
+// a new thread from a locked one, so none shares this table.)
+func (t *thread) run(started chan<- error, ownTable bool) {
 	runtime.LockOSThread()
 	if unix.Gettid() == unix.Getpid() {
 		// The process's first thread: /proc/self is its table, which
 		// the rest of the process reads as its own (/proc/self/fd/N, a
-		// bind's source), so it must keep the process's. It is held
-		// while another goroutine, which then cannot run on it, takes
-		// its place, and is given back once that one has its thread.
+		// bind's source), so it must keep the process's. It is held while
+		// another goroutine, which then cannot run on it, takes its
+		// place, and is given back once that one has its thread.
 		elsewhere := make(chan error, 1)
-		go t.run(elsewhere)
+		go t.run(elsewhere, ownTable)
 		err := <-elsewhere
 		runtime.UnlockOSThread()
 		started <- err
 		return
 	}
 	t.tid = uint32(unix.Gettid())
-	if !privateTables {
-		started <- nil
-		for fn := range t.calls {
-			fn()
+	if ownTable {
+		if err := freshTable(); err != nil {
+			started <- err
+			return // ends the thread, and whatever table it has
 		}
-		return
-	}
-	if err := unshareFiles(); err != nil {
-		// Where unshare is refused (a seccomp profile without
-		// CAP_SYS_ADMIN), the requests still work from a shared table,
-		// as they did before ownmount: only a kill during one can hang.
-		sharedWarning.Do(func() {
-			slog.Warn("the plugin's requests to its own mounts come from a thread that shares the process's files: a plugin killed while one is served can hang (docs/troubleshooting.md, \"A killed plugin that does not go\")",
-				"err", err)
-		})
-	} else if err := closeInherited(); err != nil {
-		started <- err
-		return
 	}
 	started <- nil
 	for fn := range t.calls {
@@ -338,17 +328,98 @@ func (t *thread) run(started chan<- error) {
 	}
 }
 
-// unshareFiles gives the calling thread a file table of its own (a copy of
-// the process's); tests replace it to see a refusal.
-var unshareFiles = func() error {
-	if err := unix.Unshare(unix.CLONE_FILES); err != nil {
-		return fmt.Errorf("unshare the file table: %w", err)
+// lowFds is where a thread's table is cut from the process's: it gets
+// copies of the process's descriptors below it and none of those from it
+// up. The kernel copies a table in words of its bitmap (close_range's
+// unshare leaves out of the copy only what lies past the first word that
+// the range starts in), so the cut can be at a multiple of 64 only, and
+// the process keeps its descriptors below the first for files harmless to
+// copy (reserveLow).
+const lowFds = 64
+
+// reserved is one of the placeholders below lowFds (a memfd), dup'ed into
+// each free number there; reserveErr is why there are none.
+var (
+	reserved   = -1
+	reserveErr error
+)
+
+// The placeholders are made when the process starts, before any file of
+// a share or of a mount is open: every number below lowFds that a file
+// opened later could take is taken, so that such a file lands at lowFds
+// or above, out of the threads' tables.
+func init() { reserveErr = reserveLow() }
+
+// reserveLow fills every free number from 3 to lowFds-1 with a dup of
+// reserved (made the first time), lowest first, as the kernel gives them
+// (F_DUPFD: it never replaces an open descriptor), and checks that the
+// runtime's poller is below the cut, where the threads' tables have it.
+func reserveLow() error {
+	keep, err := runtimeFiles()
+	if err != nil {
+		return err
+	}
+	if len(keep) == 0 {
+		return fmt.Errorf("the runtime's poller was not found in /proc/thread-self/fd")
+	}
+	if slices.Max(keep) >= lowFds {
+		return fmt.Errorf("the runtime's poller is at descriptor %d, past the %d a thread's table keeps", slices.Max(keep), lowFds)
+	}
+	if reserved < 0 {
+		fd, err := unix.MemfdCreate("bindstate-ownmount-reserved", unix.MFD_CLOEXEC)
+		if err != nil {
+			return fmt.Errorf("make the placeholder for the low descriptors: %w", err)
+		}
+		if fd >= lowFds {
+			unix.Close(fd)
+			return fmt.Errorf("no descriptor below %d is free for the placeholder", lowFds)
+		}
+		reserved = fd
+	}
+	for {
+		fd, err := unix.FcntlInt(uintptr(reserved), unix.F_DUPFD_CLOEXEC, 3)
+		if err != nil {
+			return fmt.Errorf("fill the low descriptors: %w", err)
+		}
+		if fd >= lowFds {
+			unix.Close(fd)
+			return nil
+		}
+	}
+}
+
+// freshTable gives the calling thread a file table of its own that holds
+// the process's descriptors below lowFds (the standard three, the
+// runtime's poller, reserveLow's placeholders, what was open when the
+// process started) and no copy of any other.
+//
+// Why no copy. A table made by unshare(CLONE_FILES) starts as a copy of
+// the process's, and a copy of a share's file can be neither closed nor
+// kept. Closing it, or ending the thread, is a close of the file, whose
+// flush takes its deferred write error (sshfs hands a full server's failed
+// write to the first flush only), and the writeback, whose own close then
+// said nothing, renamed a short file into place as written
+// (TestFault_D4_C3_ShareUnhealthy/full, 3 runs in 14, when the threads
+// closed their copies). Keeping it holds the file open: a copy of a file
+// of the plugin's own mount kept the mount from going away.
+//
+// close_range(lowFds, ~0, CLOSE_RANGE_UNSHARE) makes the table without
+// those copies (the kernel leaves the range out of the copy rather than
+// copy and close it), in one syscall: the thread is never without the
+// poller. A hole below lowFds (a descriptor there the process closed) is
+// filled again first.
+var freshTable = func() error {
+	if reserveErr != nil {
+		return reserveErr
+	}
+	if err := reserveLow(); err != nil {
+		return err
+	}
+	if err := unix.CloseRange(lowFds, math.MaxUint32, unix.CLOSE_RANGE_UNSHARE); err != nil {
+		return fmt.Errorf("unshare the file table (close_range): %w", err)
 	}
 	return nil
 }
-
-// sharedWarning says once per process that unshareFiles was refused.
-var sharedWarning sync.Once
 
 // do runs fn on the thread and waits for it; false if the thread was
 // stopped.
@@ -374,65 +445,6 @@ func (t *thread) stop() {
 		t.closed = true
 		close(t.calls)
 	}
-}
-
-// closeInherited closes, in the calling thread's own table, the copies it
-// took of the process's descriptors that it can close without a side
-// effect: the thread needs none, and a copy would keep its file open after
-// the process closed it (a journal's lock, a store file's last writer,
-// /dev/fuse). Kept: the standard three, the runtime's poller
-// (runtimeFiles), and every file of a file system whose close does more
-// than let go of the file. Closing a copy is a close of the file: where
-// the file system flushes at close (FUSE, NFS, SMB, 9p), the flush takes
-// the file's deferred write error with it (sshfs hands a full server's
-// failed writes to the first flush and forgets them), and the writeback,
-// whose own close of its host file then said nothing, renamed a short
-// file into place as written (TestFault_D4_C3_ShareUnhealthy/full, 2 runs
-// in 7: the host's payload never got the container's content;
-// TestAThreadStartedWhileAFileIsOpenDoesNotFlushIt). So only files of the
-// kinds closeHarmless lists are closed; the others stay open in the
-// thread's copy, and the thread never ends (idle), which would close them.
-func closeInherited() error {
-	keep, err := runtimeFiles()
-	if err != nil {
-		return err
-	}
-	const dir = "/proc/thread-self/fd"
-	fds, err := listFds(dir)
-	if err != nil {
-		return err
-	}
-	for _, fd := range fds {
-		if fd <= 2 || slices.Contains(keep, fd) {
-			continue
-		}
-		var st unix.Statfs_t
-		if err := unix.Fstatfs(fd, &st); err == nil && closeHarmless[int64(st.Type)] {
-			unix.Close(fd)
-		}
-	}
-	return nil
-}
-
-// closeHarmless are the file systems (statfs f_type) whose files a close
-// only lets go of: no flush that reports or clears an error. The store's
-// and the state's (ext4, xfs, btrfs, tmpfs, overlayfs over them), the
-// devices (/dev/fuse is on devtmpfs), and the kernel's own (pipes,
-// sockets, anonymous inodes, proc, sysfs, cgroups).
-var closeHarmless = map[int64]bool{
-	unix.EXT4_SUPER_MAGIC:      true, // ext2, ext3 and ext4 share it
-	unix.XFS_SUPER_MAGIC:       true,
-	unix.BTRFS_SUPER_MAGIC:     true,
-	unix.TMPFS_MAGIC:           true, // tmpfs and devtmpfs
-	unix.OVERLAYFS_SUPER_MAGIC: true,
-	unix.PIPEFS_MAGIC:          true,
-	unix.SOCKFS_MAGIC:          true,
-	unix.ANON_INODE_FS_MAGIC:   true,
-	unix.PROC_SUPER_MAGIC:      true,
-	unix.SYSFS_MAGIC:           true,
-	unix.CGROUP_SUPER_MAGIC:    true,
-	unix.CGROUP2_SUPER_MAGIC:   true,
-	unix.DEVPTS_SUPER_MAGIC:    true,
 }
 
 // listFds lists the open descriptors a /proc fd directory shows, in

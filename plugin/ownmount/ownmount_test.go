@@ -26,8 +26,26 @@ import (
 )
 
 // The test binary's main goroutine stays on the process's first thread, so
-// that TestMain can start a thread from there (fromFirst).
-func init() { runtime.LockOSThread() }
+// that TestMain can start a thread from there (fromFirst). And what the
+// package's own init did, before any test opened a file.
+func init() {
+	runtime.LockOSThread()
+	reservedAtInit, reserveErrAtInit = reserved, reserveErr
+}
+
+var (
+	reservedAtInit   int
+	reserveErrAtInit error
+)
+
+// The low descriptors are taken when the process starts (the package's
+// init), not at the first thread: by then a file of a share or a mount
+// may be open among them, and every thread's table would have a copy.
+func TestTheLowDescriptorsAreTakenAtTheStart(t *testing.T) {
+	if reserveErrAtInit != nil || reservedAtInit < 3 || reservedAtInit >= lowFds {
+		t.Fatalf("after the package's init: placeholder %d, %v; want one below %d", reservedAtInit, reserveErrAtInit, lowFds)
+	}
+}
 
 // fromFirst is a thread started from the process's first thread, as a
 // Root's is when the scheduler has put its goroutine there.
@@ -47,18 +65,17 @@ func TestMain(m *testing.M) {
 				t.stop()
 			}
 		})
-		t.run(started)
+		t.run(started, true)
 		returned.Store(true)
 		fromFirst.t, fromFirst.err = t, <-started
 	}
 	os.Exit(m.Run())
 }
 
-// withPrivateTables turns the threads' own file tables on for a test
-// (privateTables is off: see why there), with threads made for it only,
-// ended after it.
-func withPrivateTables(t *testing.T) {
-	privateTables = true
+// withNewThreads has a test's Roots and Dos start threads of their own
+// (an idle one, made before the test opened its files, would show
+// nothing), ended after it.
+func withNewThreads(t *testing.T) {
 	idle.mu.Lock()
 	saved := idle.threads
 	idle.threads = nil
@@ -70,7 +87,6 @@ func withPrivateTables(t *testing.T) {
 		}
 		idle.threads = saved
 		idle.mu.Unlock()
-		privateTables = false
 	})
 }
 
@@ -142,7 +158,6 @@ func TestOwnMountChild(t *testing.T) {
 		t.Skip("only run as a child of the kill tests")
 	}
 	how, mp, _ := strings.Cut(spec, "\t")
-	privateTables = how != "plain"
 	if how == "wait" {
 		opts := &fs.Options{MountOptions: fuse.MountOptions{DirectMount: true, FsName: "ownmount-test",
 			Options: []string{"default_permissions"}}}
@@ -330,7 +345,7 @@ func TestOperations(t *testing.T) {
 // has no writer left (a copy would keep a store file's last writer, or a
 // journal's lock, for the thread's life).
 func TestTheThreadKeepsNoCopyOfTheProcesssFiles(t *testing.T) {
-	withPrivateTables(t)
+	withNewThreads(t)
 	dir := t.TempDir()
 	name := filepath.Join(dir, "f")
 	w, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY, 0o600)
@@ -355,11 +370,13 @@ func TestTheThreadKeepsNoCopyOfTheProcesssFiles(t *testing.T) {
 	unix.FcntlInt(r.Fd(), unix.F_SETLEASE, unix.F_UNLCK)
 }
 
-// The thread's table has the standard three and the runtime's poller and
-// nothing else, however many files the process has open and wherever their
-// numbers lie (below, between and above the runtime's).
-func TestTheThreadKeepsOnlyTheRuntimesFiles(t *testing.T) {
-	withPrivateTables(t)
+// The thread's table has the process's descriptors below lowFds, the
+// runtime's poller among them, and nothing from lowFds up, however many
+// files the process has open and wherever their numbers lie; and a file
+// the process opens lands at lowFds or above (the numbers below are
+// taken by reserveLow's placeholders), even after one below was closed.
+func TestTheThreadKeepsOnlyTheLowDescriptors(t *testing.T) {
+	withNewThreads(t)
 	var opened []*os.File
 	defer func() {
 		for _, f := range opened {
@@ -371,45 +388,70 @@ func TestTheThreadKeepsOnlyTheRuntimesFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if f.Fd() < lowFds {
+			t.Fatalf("a file opened by the process got descriptor %d, below %d", f.Fd(), lowFds)
+		}
 		opened = append(opened, f)
 	}
+	// A hole below the cut (a placeholder closed), which the next
+	// thread's start fills again.
+	hole := -1
+	for fd := lowFds - 1; fd > 2 && hole < 0; fd-- {
+		if l, _ := os.Readlink(fmt.Sprintf("/proc/thread-self/fd/%d", fd)); fd != reserved && strings.HasPrefix(l, "/memfd:bindstate-ownmount-reserved") {
+			hole = fd
+		}
+	}
+	if hole < 0 {
+		t.Fatal("no placeholder below the cut")
+	}
+	unix.Close(hole)
 	high, err := unix.FcntlInt(opened[0].Fd(), unix.F_DUPFD_CLOEXEC, 5000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unix.Close(high)
-	var kept []string
-	err = Do(func() error {
-		const dir = "/proc/thread-self/fd"
+	const dir = "/proc/thread-self/fd"
+	links := func() (map[int]string, error) {
 		fds, err := listFds(dir)
 		if err != nil {
-			return err
+			return nil, err
 		}
+		m := make(map[int]string, len(fds))
 		for _, fd := range fds {
-			l, err := os.Readlink(fmt.Sprintf("%s/%d", dir, fd))
-			if err != nil {
-				return err
-			}
-			if fd > 2 {
-				kept = append(kept, fmt.Sprintf("%d %s", fd, l))
+			if m[fd], err = os.Readlink(fmt.Sprintf("%s/%d", dir, fd)); err != nil {
+				return nil, err
 			}
 		}
-		return nil
-	})
+		return m, nil
+	}
+	var thread map[int]string
+	if err := Do(func() (err error) { thread, err = links(); return err }); err != nil {
+		t.Fatal(err)
+	}
+	process, err := links()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var runtimes int
-	for _, k := range kept {
-		_, l, _ := strings.Cut(k, " ")
-		if !runtimeFile(l) {
-			t.Errorf("the thread's table has %s", k)
-		} else {
-			runtimes++
+	for fd, l := range thread {
+		if fd >= lowFds {
+			t.Errorf("the thread's table has descriptor %d (%s), at or past the cut %d", fd, l, lowFds)
+		} else if process[fd] != l {
+			t.Errorf("the thread's descriptor %d is %s, the process's %q", fd, l, process[fd])
 		}
 	}
-	if runtimes < 2 {
-		t.Errorf("the thread's table has %d of the runtime's files, want its epoll and eventfd: %q", runtimes, kept)
+	keep, err := runtimeFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range keep {
+		if !runtimeFile(thread[fd]) {
+			t.Errorf("the thread's table lacks the runtime's descriptor %d (%s): it has %q", fd, process[fd], thread[fd])
+		}
+	}
+	for fd := 3; fd < lowFds; fd++ {
+		if _, ok := thread[fd]; !ok {
+			t.Errorf("descriptor %d, below the cut, is free in the thread's table: a file the process opened could have taken it", fd)
+		}
 	}
 }
 
@@ -417,7 +459,7 @@ func TestTheThreadKeepsOnlyTheRuntimesFiles(t *testing.T) {
 // the runtime's descriptors, which the thread's table must still have (the
 // runtime throws if they are gone), and timers and goroutines work.
 func TestTheRuntimeWorksOnTheThread(t *testing.T) {
-	withPrivateTables(t)
+	withNewThreads(t)
 	m, err := Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -449,17 +491,27 @@ func TestTheRuntimeWorksOnTheThread(t *testing.T) {
 	}
 }
 
-// Where unshare is refused, a Root still serves, from a thread that shares
-// the process's files, and the plugin says once what that risks.
-func TestARefusedUnshareStillServesAndSaysSo(t *testing.T) {
+// Where a table of its own is refused (an old kernel without close_range's
+// unshare, a seccomp profile), a Root still serves, from a thread that
+// shares the process's files, and the plugin says once what that risks.
+func TestARefusedTableStillServesAndSaysSo(t *testing.T) {
 	var logged strings.Builder
 	defer func(l *slog.Logger) { slog.SetDefault(l) }(slog.Default())
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, nil)))
-	defer func(f func() error) { unshareFiles = f }(unshareFiles)
-	unshareFiles = func() error { return unix.EPERM }
+	defer func(f func() error) { freshTable = f }(freshTable)
+	freshTable = func() error { return unix.EPERM }
 	sharedWarning = sync.Once{}
-	withPrivateTables(t) // new threads, which try to unshare
+	t.Cleanup(func() {
+		sharedTables.Store(false)
+		sharedWarning = sync.Once{}
+	})
+	withNewThreads(t)
 	dir := t.TempDir()
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
 	for range 2 {
 		m, err := Open(dir)
 		if err != nil {
@@ -475,6 +527,15 @@ func TestARefusedUnshareStillServesAndSaysSo(t *testing.T) {
 	}
 	if n := strings.Count(logged.String(), "can hang"); n != 1 {
 		t.Fatalf("the warning was logged %d times, want once:\n%s", n, logged.String())
+	}
+	// The thread that served shares the process's table: it sees the
+	// test's descriptor.
+	var l string
+	if err := Do(func() error {
+		l, err = os.Readlink(fmt.Sprintf("/proc/thread-self/fd/%d", f.Fd()))
+		return err
+	}); err != nil || l != dir {
+		t.Fatalf("the test's descriptor from the serving thread: %q, %v; want %s (a shared table)", l, err, dir)
 	}
 }
 
@@ -512,16 +573,15 @@ func (h *flushCountingHandle) Flush(ctx context.Context) syscall.Errno {
 }
 
 // A thread started while the process has a file open does not flush it,
-// nor does its end, nor another Root on it (privateTables, off: with it on,
-// this failed: `starting two threads flushed the process's open file 2
-// times`):
-// a flush takes the file's deferred write error (sshfs hands a full
-// server's failed write to the first flush and forgets it), and the
-// writeback, whose close of its host file then said nothing, renamed a
-// short file into place as written (TestFault_D4_C3_ShareUnhealthy/full,
-// 1 run in 4: the host's payload never got the container's content). The
-// thread's table got a copy of every descriptor and closed it, and each
-// close of a copy was a FLUSH.
+// nor does its end: a flush takes the file's deferred write error (sshfs
+// hands a full server's failed write to the first flush and forgets it),
+// and the writeback, whose close of its host file then said nothing,
+// renamed a short file into place as written
+// (TestFault_D4_C3_ShareUnhealthy/full, 3 runs in 14: the host's payload
+// never got the container's content). A table made by unshare(CLONE_FILES)
+// got a copy of every descriptor, and each close of a copy, or the end of
+// the thread, was a FLUSH (with it: `ending the threads flushed the
+// process's open file 2 times`); freshTable copies none.
 func TestAThreadStartedWhileAFileIsOpenDoesNotFlushIt(t *testing.T) {
 	testenv.RequireFUSE(t)
 	mp := t.TempDir()
@@ -531,18 +591,15 @@ func TestAThreadStartedWhileAFileIsOpenDoesNotFlushIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer server.Unmount()
-	// New threads (an idle one made before the file was opened has no
-	// copy of it), ended after the counts (which flushes their copies),
-	// before the unmount.
+	// New threads, ended before the unmount: an idle one made before the
+	// file was opened has no copy of it.
+	var started []*thread
 	idle.mu.Lock()
 	saved := idle.threads
 	idle.threads = nil
 	idle.mu.Unlock()
 	defer func() {
 		idle.mu.Lock()
-		for _, th := range idle.threads {
-			th.stop()
-		}
 		idle.threads = saved
 		idle.mu.Unlock()
 	}()
@@ -550,21 +607,49 @@ func TestAThreadStartedWhileAFileIsOpenDoesNotFlushIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Do(func() error { return nil }); err != nil {
+	m, err := Open(t.TempDir()) // a thread held while Do starts another
+	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := Open(t.TempDir())
-	if err != nil {
+	if err := Do(func() error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	m.Close()
 	if n := root.flushes.Load(); n != 0 {
 		t.Errorf("starting two threads flushed the process's open file %d times, want none", n)
 	}
+	idle.mu.Lock()
+	started, idle.threads = idle.threads, nil
+	idle.mu.Unlock()
+	if len(started) != 2 {
+		t.Fatalf("%d threads were started, want 2", len(started))
+	}
+	for _, th := range started {
+		th.stop()
+		waitEnded(t, th)
+	}
+	if n := root.flushes.Load(); n != 0 {
+		t.Errorf("ending the threads flushed the process's open file %d times, want none", n)
+	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if n := root.flushes.Load(); n != 1 {
 		t.Errorf("the file's close: %d flushes in all, want 1 (the test sees no flush)", n)
+	}
+}
+
+// waitEnded waits until th's OS thread has exited (its goroutine's end
+// only starts that), and its table with it.
+func waitEnded(t *testing.T, th *thread) {
+	t.Helper()
+	task := fmt.Sprintf("/proc/self/task/%d", th.tid)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, err := os.Stat(task); os.IsNotExist(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("thread %d was stopped and still runs after 10s", th.tid)
+		}
 	}
 }
