@@ -6,7 +6,8 @@ package frontend
 // process, which is killed (SIGKILL) between operations, at a random moment
 // of its background work (a writeback under way, a refresh, a fetch), or in
 // the middle of a container's own request (a rename, link, unlink, mkdir,
-// rmdir, symlink or chmod: changeDuringCrash), and started again on the
+// rmdir, symlink, chmod, truncate, pwrite or append: changeDuringCrash),
+// and started again on the
 // same state dir, as the managed plugin is by Docker. A request the kill
 // cut fails (ENOTCONN, ECONNABORTED) and may have been made or not, but
 // not by half: the mount and the host must come to agree on one of the two.

@@ -424,37 +424,19 @@ func (x *exerciser) op() {
 			x.m.files[p] = &exInode{data: b, mode: 0o666 &^ x.umask}
 		}
 		x.count["write"]++
-	case k < 26: // pwrite at an offset (maybe beyond the end: a hole)
-		p, ok := x.pickFile()
+	case k < 32: // pwrite at an offset (maybe beyond the end: a hole), or append
+		kind := "pwrite"
+		if k >= 26 {
+			kind = "append"
+		}
+		c, ok := x.pickWrite(kind)
 		if !ok {
 			return
 		}
-		ino := x.m.files[p]
-		off := x.rnd.Intn(len(ino.data) + 1 + x.rnd.Intn(3)*70000)
-		b := x.data(1 + x.rnd.Intn(9000))
-		x.log("pwrite %s at %d (%d bytes)", p, off, len(b))
-		f, err := os.OpenFile(mp(p), os.O_WRONLY, 0)
-		x.must(err, "open "+p)
-		_, err = f.WriteAt(b, int64(off))
-		x.must(err, "pwrite "+p)
-		x.must(f.Close(), "close "+p)
-		setData(ino, off, b)
-		x.count["pwrite"]++
-	case k < 32: // append
-		p, ok := x.pickFile()
-		if !ok {
-			return
-		}
-		b := x.data(1 + x.rnd.Intn(3000))
-		x.log("append %s (%d bytes)", p, len(b))
-		f, err := os.OpenFile(mp(p), os.O_WRONLY|os.O_APPEND, 0)
-		x.must(err, "open "+p)
-		_, err = f.Write(b)
-		x.must(err, "append "+p)
-		x.must(f.Close(), "close "+p)
-		ino := x.m.files[p]
-		ino.data = append(ino.data, b...)
-		x.count["append"]++
+		x.log("%s", c.what)
+		x.must(c.do(), c.what)
+		c.apply(x.m)
+		x.count[c.kind]++
 	case k < 38: // truncate (path) or ftruncate (open file)
 		p, ok := x.pickFile()
 		if !ok {
@@ -557,6 +539,108 @@ type exChange struct {
 	kind  string // its count
 	do    func() error
 	apply func(m *exModel)
+	write *exWrite // a write's, which a kill may cut in part (settle)
+}
+
+// exWrite is what a write change writes: b into the file at path, at off
+// (-1: at its end).
+type exWrite struct {
+	path string
+	off  int
+	b    []byte
+}
+
+// pickWrite draws a write into an existing file: a pwrite at an offset
+// (maybe beyond the end: a hole), or an append; each opens the file,
+// writes and closes it. A write that returned is made, whatever the close
+// says after it (a kill between the two: the close's error comes as an
+// afterWrite).
+func (x *exerciser) pickWrite(kind string) (exChange, bool) {
+	p, ok := x.pickFile()
+	if !ok {
+		return exChange{}, false
+	}
+	mp := x.r.mntPath
+	if kind == "append" {
+		b := x.data(1 + x.rnd.Intn(3000))
+		return exChange{
+			what: fmt.Sprintf("append %s at %d (%d bytes)", p, len(x.m.files[p].data), len(b)), kind: kind,
+			do: func() error { return writeAndClose(mp(p), os.O_WRONLY|os.O_APPEND, b, -1) },
+			apply: func(m *exModel) {
+				ino := m.files[p]
+				ino.data = append(ino.data, b...)
+			},
+			write: &exWrite{path: p, off: -1, b: b},
+		}, true
+	}
+	ino := x.m.files[p]
+	off := x.rnd.Intn(len(ino.data) + 1 + x.rnd.Intn(3)*70000)
+	b := x.data(1 + x.rnd.Intn(9000))
+	return exChange{
+		what: fmt.Sprintf("pwrite %s at %d (%d bytes)", p, off, len(b)), kind: kind,
+		do:    func() error { return writeAndClose(mp(p), os.O_WRONLY, b, int64(off)) },
+		apply: func(m *exModel) { setData(m.files[p], off, b) },
+		write: &exWrite{path: p, off: off, b: b},
+	}, true
+}
+
+// writtenInPart is the model x.m with the first part of c's write that
+// the file at root holds (a kill cut the write between its requests to
+// the share), and how many of its bytes that is; false if it holds none
+// or all of it.
+func (x *exerciser) writtenInPart(c exChange, root string) (*exModel, map[*exInode]*exInode, int, bool) {
+	w := c.write
+	if w == nil || x.m.files[w.path] == nil {
+		return nil, nil, 0, false
+	}
+	ino := x.m.files[w.path]
+	got, err := os.ReadFile(filepath.Join(root, w.path))
+	if err != nil {
+		return nil, nil, 0, false
+	}
+	off := w.off
+	if off < 0 {
+		off = len(ino.data)
+	}
+	k := 0
+	for k < len(w.b) && off+k < len(got) && got[off+k] == w.b[k] {
+		k++
+	}
+	if k == 0 || k == len(w.b) {
+		return nil, nil, 0, false
+	}
+	m, remap := x.m.clone()
+	setData(m.files[w.path], off, w.b[:k])
+	return m, remap, k, true
+}
+
+// afterWrite is the error of a close after a write that returned: the
+// write is made.
+type afterWrite struct{ err error }
+
+func (e *afterWrite) Error() string { return "close after the write: " + e.err.Error() }
+func (e *afterWrite) Unwrap() error { return e.err }
+
+// writeAndClose opens path with flags, writes b at off (-1: where the
+// open file is, the end for O_APPEND) and closes it.
+func writeAndClose(path string, flags int, b []byte, off int64) error {
+	f, err := os.OpenFile(path, flags, 0)
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	if off < 0 {
+		_, err = f.Write(b)
+	} else {
+		_, err = f.WriteAt(b, off)
+	}
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("write: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return &afterWrite{err}
+	}
+	return nil
 }
 
 // pickTruncate draws a truncate by path of a file: one syscall, as the
@@ -1120,23 +1204,32 @@ func runExerciser(t *testing.T, r *rig, st consistency.State, seed int64, crash 
 	t.Logf("%d operations in %v: %v", x.step, time.Since(start).Round(time.Millisecond), x.count)
 }
 
-// changeDuringCrash makes a change of names or modes (pickChange), or a
-// truncate (pickTruncate), with the plugin killed pause after it began,
-// and started again. Its syscall
-// either returned before the kill (then the change holds, as any other
-// must) or failed with the connection's end (ENOTCONN, ECONNABORTED, EIO):
-// then the change may have been made or not, but whole. The restarted
-// mount and the host (delegated: after a flush) must come to show the
-// same one of the two trees, the model before it or the one after it; a
-// half-made change (a rename made in the store and not the journal, the
-// host and not the store) shows as neither, or as the two disagreeing.
+// changeDuringCrash makes a change of names or modes (pickChange), a
+// truncate (pickTruncate), or a pwrite or append into a file (pickWrite),
+// with the plugin killed pause after it began, and started again. Its
+// syscall either returned before the kill (then the change holds, as any
+// other must; a write that returned holds whatever its close said) or
+// failed with the connection's end (ENOTCONN, ECONNABORTED, EIO): then the
+// change may have been made or not, but whole. The restarted mount and
+// the host (delegated: after a flush) must come to show the same one of
+// the two trees, the model before it or the one after it; a half-made
+// change (a rename made in the store and not the journal, the host and
+// not the store, a write on the host and not in the store's copy) shows
+// as neither, or as the two disagreeing. A write cut may also be made in
+// part, the first part of it, where mount and host agree (writtenInPart):
+// what a cut write leaves on any file system.
 func (x *exerciser) changeDuringCrash(crash exCrasher, pause time.Duration) {
 	var c exChange
 	ok := false
 	for tries := 0; !ok && tries < 20; tries++ {
-		if x.rnd.Intn(8) == 0 {
+		switch n := x.rnd.Intn(24); {
+		case n < 3:
 			c, ok = x.pickTruncate()
-		} else {
+		case n < 6:
+			c, ok = x.pickWrite("pwrite")
+		case n < 8:
+			c, ok = x.pickWrite("append")
+		default:
 			c, ok = x.pickChange(44+x.rnd.Intn(47), true)
 		}
 	}
@@ -1150,9 +1243,11 @@ func (x *exerciser) changeDuringCrash(crash exCrasher, pause time.Duration) {
 	x.log("%s, the plugin killed %v into it, started again", c.what, pause)
 	var err error
 	x.must(crash.crashDuring(pause, func() { err = c.do() }), "plugin crash and restart")
+	x.count["kill during a "+c.kind]++
+	var aw *afterWrite
 	switch {
-	case err == nil:
-		x.log("%s: made before the kill", c.what)
+	case err == nil || errors.As(err, &aw):
+		x.log("%s: made before the kill (%v)", c.what, err)
 		x.adopt(after, remap)
 		x.count[c.kind]++
 		x.count["change made before a kill"]++
@@ -1213,6 +1308,12 @@ func (x *exerciser) settle(c exChange, after *exModel, remap map[*exInode]*exIno
 			x.log("%s: cut by the kill, made", c.what)
 			x.count["change cut by a kill, made"]++
 			x.adopt(after, remap)
+			return
+		}
+		if part, partRemap, k, ok := x.writtenInPart(c, host); ok && same(part.describe(), gotMnt) && same(part.describe(), gotHost) {
+			x.log("%s: cut by the kill, made in part (%d bytes of %d)", c.what, k, len(c.write.b))
+			x.count["write cut by a kill, made in part"]++
+			x.adopt(part, partRemap)
 			return
 		}
 		if len(x.leftWriters) > 0 && time.Until(deadline) < 15*time.Second {

@@ -132,9 +132,7 @@ func (s *Store) Open(ctx context.Context, rel string, flags int, relNow func() (
 			return nil, err
 		}
 		f.unbusy = s.holdBusy(rel, f.local)
-		if trunc {
-			s.rebase(rel)
-		}
+		s.markWriter(rel, f.local)
 		return f, nil
 	default:
 		defer s.lockShared(ctx)()
@@ -184,6 +182,7 @@ func (s *Store) Create(ctx context.Context, rel string, flags int, mode uint32, 
 	}
 	if f.host != nil {
 		f.unbusy = s.holdBusy(rel, f.local)
+		s.markWriter(rel, f.local)
 	}
 	return f, nil
 }
@@ -392,7 +391,7 @@ func (f *File) Release() error {
 		f.restub()
 	case f.host != nil:
 		for _, r := range f.rels() {
-			f.s.rebase(r)
+			f.s.rebaseReleased(r)
 		}
 	}
 	return f.closeAll()
@@ -607,6 +606,10 @@ func (f *File) restub() {
 	f.s.markedStub()
 	if err == nil {
 		err = setAttrsFd(fd, &st, false, false)
+	}
+	if err == nil && f.s.writersOf(f.storeIno()) > 1 {
+		// Another writer has it open still: its release gives the base.
+		err = unix.Fsetxattr(fd, xattrBase, writerBase.encode(), 0)
 	}
 	if err != nil {
 		f.s.log.Error("making a host-written file's store copy a stub", "path", rel, "err", err)

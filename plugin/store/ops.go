@@ -215,9 +215,20 @@ func (s *Store) keepingDirMtimes(rels []string, local func() error) error {
 // edit. Only where the store still has rel: after a removal, and for a
 // rename's old name, there is no entry to record a base on, and the host's
 // lstat would be a round trip to the share for nothing (on sshfs, one per
-// file an rm -rf removes from a cached volume: make bench W3 rm).
-func (s *Store) rebase(rel string) {
-	if _, err := s.local.Lstat(rel); err != nil {
+// file an rm -rf removes from a cached volume: make bench W3 rm). Nor
+// while a cached writer has the file open: it keeps writerBase until the
+// last writer's release rebases it (rebaseReleased).
+func (s *Store) rebase(rel string) { s.rebaseUnlessWriters(rel, 0) }
+
+// rebaseReleased is rebase at the release of one of the file's cached
+// writers, which still counts among them.
+func (s *Store) rebaseReleased(rel string) { s.rebaseUnlessWriters(rel, 1) }
+
+// rebaseUnlessWriters is rebase, left out where the store file has more
+// than own cached writers open.
+func (s *Store) rebaseUnlessWriters(rel string, own int) {
+	lst, err := s.local.Lstat(rel)
+	if err != nil || s.writersOf(lst.Ino) > own {
 		return
 	}
 	st, err := s.host.Lstat(rel)

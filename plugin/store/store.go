@@ -182,6 +182,10 @@ type Store struct {
 
 	heldWriters heldWriters // files holding their path dirty (File.BeginWrite)
 	left        leftWriters // paths held for writers a killed run left (watchLeftWriters)
+	// hostWritten flags that cached writers were opened since the last
+	// clean Close (markWriter): their store files may be older than the
+	// host's after a kill.
+	hostWritten hostWritten
 
 	// Metrics (see Stats), counted where the work happens.
 	hits         atomic.Int64 // opens served from content already local (countHit)
@@ -253,7 +257,8 @@ func Open(cfg Config) (*Store, error) {
 	s := &Store{host: cfg.Host, local: local, state: cfg.State, log: cfg.Log, populatedMax: cfg.PopulatedLog,
 		shareWork: cfg.ShareWork, ranges: newRangeLog(), xattrsRefused: refusedXattrs(cfg.Host),
 		readerLog: logrepeat.Wrap(cfg.Log), tmp: newTmpTags(cfg.Tree),
-		halfMade: halfMade{dir: halfMadeDir(cfg.Tree)}, halfMadeLog: logrepeat.Wrap(cfg.Log)}
+		halfMade: halfMade{dir: halfMadeDir(cfg.Tree)}, halfMadeLog: logrepeat.Wrap(cfg.Log),
+		hostWritten: hostWritten{flag: writersOpenFlag(cfg.Tree)}}
 	switch {
 	case !s.HostTakesXattrs():
 		cfg.Log.Info("extended attributes refused, as by the source: its file system takes none")
@@ -318,6 +323,12 @@ func Open(cfg Config) (*Store, error) {
 			local.Close()
 			return nil, err
 		}
+		// After the renames: a file renamed while its writer was open is
+		// under the name the host has.
+		if err := s.restubHostWritten(); err != nil {
+			local.Close()
+			return nil, err
+		}
 	}
 	s.prefetch = newPrefetcher(s)
 	return s, nil
@@ -336,6 +347,14 @@ func (s *Store) Close() error {
 		errs = append(errs, s.journal.Close())
 	}
 	s.closeKept()
+	s.busyMu.Lock()
+	writersOpen := len(s.busyIno) > 0
+	s.busyMu.Unlock()
+	if !writersOpen {
+		// Every cached writer was released, and gave its file the host's
+		// base: nothing for the next Open to look for.
+		errs = append(errs, s.hostWritten.lower())
+	}
 	errs = append(errs, s.local.Close())
 	s.readerLog.Close()
 	s.halfMadeLog.Close()
@@ -735,22 +754,21 @@ func (s *Store) Busy(rel string) bool {
 	if !anyOpen && !anyQueued {
 		return false
 	}
-	// Bringing the host in under one name of a file with several (isLinked)
-	// changes the file under all of them, so it waits while any name is
-	// busy. Open for writing is known by inode; queued for writeback is
-	// known by name only (the journal keeps names), so while anything is
-	// queued a linked file is taken as busy: its content may be the
-	// container's, not yet (or only partly: an in-place rewrite) on the host.
+	// Open for writing is known by inode: a file renamed while its writer
+	// is open is busy under its new name too, and bringing the host in
+	// under one name of a file with several (isLinked) changes the file
+	// under all of them. Queued for writeback is known by name only (the
+	// journal keeps names), so while anything is queued a linked file is
+	// taken as busy: its content may be the container's, not yet (or only
+	// partly: an in-place rewrite) on the host.
 	st, err := s.local.Lstat(rel)
-	if err != nil || !isLinked(&st) {
+	if err != nil {
 		return false
 	}
-	if anyQueued {
+	if anyQueued && isLinked(&st) {
 		return true
 	}
-	s.busyMu.Lock()
-	defer s.busyMu.Unlock()
-	return s.busyIno[st.Ino] > 0
+	return anyOpen && s.writersOf(st.Ino) > 0
 }
 
 // holdBusy marks rel, and the store file f (by inode, for its other

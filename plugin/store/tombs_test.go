@@ -32,6 +32,13 @@ func newStoreRig(t *testing.T, st consistency.State, opts writeback.Options, set
 		t.Fatal(err)
 	}
 	setup(r.host)
+	r.start(t)
+	return r
+}
+
+// start opens r.host and the store over it, both closed at the test's end.
+func (r *storeRig) start(t *testing.T) {
+	t.Helper()
 	root, err := hostpath.Open(r.host)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +51,6 @@ func newStoreRig(t *testing.T, st consistency.State, opts writeback.Options, set
 		root.Close()
 	})
 	r.open(t)
-	return r
 }
 
 func (r *storeRig) open(t *testing.T) {
