@@ -404,30 +404,13 @@ func (x *exerciser) op() {
 	}
 	k := x.rnd.Intn(100)
 	switch {
-	case k < 14: // create or overwrite a whole file
-		p, free := x.newPath()
-		if !free {
-			if _, ok := x.m.files[p]; !ok {
-				return
-			}
-		}
-		b := x.data(x.size())
-		x.log("write %s (%d bytes)", p, len(b))
-		f, err := os.OpenFile(mp(p), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
-		x.must(err, "create "+p)
-		_, err = f.Write(b)
-		x.must(err, "write "+p)
-		x.must(f.Close(), "close "+p)
-		if ino, ok := x.m.files[p]; ok {
-			ino.data = b
-		} else {
-			x.m.files[p] = &exInode{data: b, mode: 0o666 &^ x.umask}
-		}
-		x.count["write"]++
-	case k < 32: // pwrite at an offset (maybe beyond the end: a hole), or append
-		kind := "pwrite"
-		if k >= 26 {
+	case k < 32: // create or overwrite a whole file; pwrite at an offset (maybe beyond the end: a hole); append
+		kind := "write"
+		switch {
+		case k >= 26:
 			kind = "append"
+		case k >= 14:
+			kind = "pwrite"
 		}
 		c, ok := x.pickWrite(kind)
 		if !ok {
@@ -543,24 +526,49 @@ type exChange struct {
 }
 
 // exWrite is what a write change writes: b into the file at path, at off
-// (-1: at its end).
+// (-1: at its end), or as its whole content (created if need be).
 type exWrite struct {
-	path string
-	off  int
-	b    []byte
+	path  string
+	off   int
+	b     []byte
+	whole bool
 }
 
-// pickWrite draws a write into an existing file: a pwrite at an offset
-// (maybe beyond the end: a hole), or an append; each opens the file,
-// writes and closes it. A write that returned is made, whatever the close
-// says after it (a kill between the two: the close's error comes as an
+// writeWhole makes b the content of the file p in m, a new file if there
+// is none (with the mode a create through the mount gives).
+func (x *exerciser) writeWhole(m *exModel, p string, b []byte) {
+	if ino, ok := m.files[p]; ok {
+		ino.data = b
+		return
+	}
+	m.files[p] = &exInode{data: b, mode: 0o666 &^ x.umask}
+}
+
+// pickWrite draws a write of kind "write" (create or overwrite a whole
+// file: O_CREAT|O_TRUNC), "pwrite" (into an existing file at an offset,
+// maybe beyond its end: a hole) or "append"; each opens the file, writes
+// and closes it. A write that returned is made, whatever the close says
+// after it (a kill between the two: the close's error comes as an
 // afterWrite).
 func (x *exerciser) pickWrite(kind string) (exChange, bool) {
+	mp := x.r.mntPath
+	if kind == "write" {
+		p, free := x.newPath()
+		if !free && x.m.files[p] == nil {
+			return exChange{}, false // a directory or symlink there
+		}
+		b := x.data(x.size())
+		return exChange{
+			what: fmt.Sprintf("write %s (%d bytes)", p, len(b)), kind: kind,
+			do:    func() error { return writeAndClose(mp(p), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, b, -1) },
+			apply: func(m *exModel) { x.writeWhole(m, p, b) },
+			write: &exWrite{path: p, b: b, whole: true},
+		}, true
+	}
 	p, ok := x.pickFile()
 	if !ok {
 		return exChange{}, false
 	}
-	mp := x.r.mntPath
 	if kind == "append" {
 		b := x.data(1 + x.rnd.Intn(3000))
 		return exChange{
@@ -587,9 +595,19 @@ func (x *exerciser) pickWrite(kind string) (exChange, bool) {
 // writtenInPart is the model x.m with the first part of c's write that
 // the file at root holds (a kill cut the write between its requests to
 // the share), and how many of its bytes that is; false if it holds none
-// or all of it.
+// or all of it. A whole file's write may also be cut between its open,
+// which made the file empty, and its write: then it holds none.
 func (x *exerciser) writtenInPart(c exChange, root string) (*exModel, map[*exInode]*exInode, int, bool) {
 	w := c.write
+	if w != nil && w.whole {
+		got, err := os.ReadFile(filepath.Join(root, w.path))
+		if err != nil || len(got) >= len(w.b) || !bytes.Equal(got, w.b[:len(got)]) {
+			return nil, nil, 0, false
+		}
+		m, remap := x.m.clone()
+		x.writeWhole(m, w.path, w.b[:len(got)])
+		return m, remap, len(got), true
+	}
 	if w == nil || x.m.files[w.path] == nil {
 		return nil, nil, 0, false
 	}
@@ -624,7 +642,7 @@ func (e *afterWrite) Unwrap() error { return e.err }
 // writeAndClose opens path with flags, writes b at off (-1: where the
 // open file is, the end for O_APPEND) and closes it.
 func writeAndClose(path string, flags int, b []byte, off int64) error {
-	f, err := os.OpenFile(path, flags, 0)
+	f, err := os.OpenFile(path, flags, 0o666)
 	if err != nil {
 		return fmt.Errorf("open: %w", err)
 	}
@@ -1205,30 +1223,32 @@ func runExerciser(t *testing.T, r *rig, st consistency.State, seed int64, crash 
 }
 
 // changeDuringCrash makes a change of names or modes (pickChange), a
-// truncate (pickTruncate), or a pwrite or append into a file (pickWrite),
-// with the plugin killed pause after it began, and started again. Its
-// syscall either returned before the kill (then the change holds, as any
-// other must; a write that returned holds whatever its close said) or
-// failed with the connection's end (ENOTCONN, ECONNABORTED, EIO): then the
-// change may have been made or not, but whole. The restarted mount and
-// the host (delegated: after a flush) must come to show the same one of
-// the two trees, the model before it or the one after it; a half-made
-// change (a rename made in the store and not the journal, the host and
-// not the store, a write on the host and not in the store's copy) shows
-// as neither, or as the two disagreeing. A write cut may also be made in
-// part, the first part of it, where mount and host agree (writtenInPart):
-// what a cut write leaves on any file system.
+// truncate (pickTruncate), or a write of a whole file, a pwrite or an
+// append (pickWrite), with the plugin killed pause after it began, and
+// started again. Its syscall either returned before the kill (then the
+// change holds, as any other must; a write that returned holds whatever
+// its close said) or failed with the connection's end (ENOTCONN,
+// ECONNABORTED, EIO): then the change may have been made or not, but
+// whole. The restarted mount and the host (delegated: after a flush) must
+// come to show the same one of the two trees, the model before it or the
+// one after it; a half-made change (a rename made in the store and not the
+// journal, the host and not the store, a write on the host and not in the
+// store's copy) shows as neither, or as the two disagreeing. A write cut
+// may also be made in part, the first part of it, where mount and host
+// agree (writtenInPart): what a cut write leaves on any file system.
 func (x *exerciser) changeDuringCrash(crash exCrasher, pause time.Duration) {
 	var c exChange
 	ok := false
 	for tries := 0; !ok && tries < 20; tries++ {
-		switch n := x.rnd.Intn(24); {
+		switch n := x.rnd.Intn(26); {
 		case n < 3:
 			c, ok = x.pickTruncate()
 		case n < 6:
 			c, ok = x.pickWrite("pwrite")
 		case n < 8:
 			c, ok = x.pickWrite("append")
+		case n < 10:
+			c, ok = x.pickWrite("write")
 		default:
 			c, ok = x.pickChange(44+x.rnd.Intn(47), true)
 		}

@@ -31,11 +31,17 @@ import (
 func init() {
 	runtime.LockOSThread()
 	reservedAtInit, reserveErrAtInit = reserved, reserveErr
+	for fd := 3; fd < lowFds; fd++ {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+			freeAtInit = append(freeAtInit, fd)
+		}
+	}
 }
 
 var (
 	reservedAtInit   int
 	reserveErrAtInit error
+	freeAtInit       []int // descriptors below lowFds no file had then
 )
 
 // The low descriptors are taken when the process starts (the package's
@@ -44,6 +50,9 @@ var (
 func TestTheLowDescriptorsAreTakenAtTheStart(t *testing.T) {
 	if reserveErrAtInit != nil || reservedAtInit < 3 || reservedAtInit >= lowFds {
 		t.Fatalf("after the package's init: placeholder %d, %v; want one below %d", reservedAtInit, reserveErrAtInit, lowFds)
+	}
+	if len(freeAtInit) > 0 {
+		t.Fatalf("after the package's init, descriptors %v below %d are free: a file opened then lands there, in every thread's table", freeAtInit, lowFds)
 	}
 }
 

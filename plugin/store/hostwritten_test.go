@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/bindstate/bindstate/integration/harness"
 	"github.com/bindstate/bindstate/plugin/consistency"
+	"github.com/bindstate/bindstate/plugin/hostpath"
 	"github.com/bindstate/bindstate/plugin/writeback"
 )
 
@@ -348,5 +350,67 @@ func TestD5_ADelegatedWriterWritingThroughKeepsTheHostsBase(t *testing.T) {
 	}
 	if b, ok := r.s.Base("f"); !ok || !b.Matches(&hst) {
 		t.Fatalf("base with a delegated writer open while writing through: %v %v, want the host's", b, ok)
+	}
+}
+
+// BenchmarkOpenAfterAKilledWriter is the start of a cached store of 10,000
+// files (100 directories of 100, all populated) that finds the flag a
+// killed run's writer left: the walk of restubHostWritten alone (a listing
+// per directory, a getxattr per file; no file with a writer's base),
+// against the clean start beside it (BenchmarkOpenAfterACleanStop): what a
+// kill adds to the next start.
+func BenchmarkOpenAfterAKilledWriter(b *testing.B) { benchmarkOpenAfter(b, true) }
+
+// BenchmarkOpenAfterACleanStop: see BenchmarkOpenAfterAKilledWriter.
+func BenchmarkOpenAfterACleanStop(b *testing.B) { benchmarkOpenAfter(b, false) }
+
+func benchmarkOpenAfter(b *testing.B, killed bool) {
+	base := b.TempDir()
+	host := filepath.Join(base, "host")
+	for d := range 100 {
+		dir := filepath.Join(host, "d"+strconv.Itoa(d))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		for f := range 100 {
+			if err := os.WriteFile(filepath.Join(dir, "f"+strconv.Itoa(f)), []byte("x"), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	root, err := hostpath.Open(host)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer root.Close()
+	cfg := Config{Host: root, Tree: filepath.Join(base, "tree"), State: consistency.Cached}
+	s, err := Open(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.EnsurePopulated(""); err != nil {
+		b.Fatal(err)
+	}
+	for d := range 100 {
+		if err := s.EnsurePopulated("d" + strconv.Itoa(d)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s.Close()
+	for b.Loop() {
+		b.StopTimer()
+		if killed {
+			if err := os.WriteFile(writersOpenFlag(cfg.Tree), nil, 0o600); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		s, err := Open(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		s.Close()
+		b.StartTimer()
 	}
 }
