@@ -27,7 +27,10 @@ package store
 // clean Close. The next Open that finds the flag walks the tree and makes
 // each file with a writer's base a stub of the host file as it is now
 // (restubHostWritten): its content comes from the host, which has every
-// write the container saw succeed.
+// write the container saw succeed. One it cannot (the share unreachable)
+// keeps the writer's base, which the refresh takes for a host change when
+// it next looks, and the flag, through the clean Close too, for the next
+// start.
 //
 // The mark is one fsetxattr per cached open for writing, in place of the
 // base (a separate xattr would not fit in an ext4 inode beside a stub's
@@ -67,6 +70,9 @@ type hostWritten struct {
 	flag string
 	mu   sync.Mutex
 	made bool // the flag file is there
+	// kept: the start found files it could not fetch again (the share
+	// unreachable): the flag outlives a clean Close, for the next start.
+	kept bool
 }
 
 // raise makes the flag file if it is not there yet. Without fsync: the
@@ -179,7 +185,8 @@ func (s *Store) restubHostWritten() error {
 		s.log.Info("files cached writers had open when the plugin stopped, fetched again from the host", "files", n-left)
 	}
 	if left > 0 {
-		return nil // the flag stays: the next start tries them again
+		s.hostWritten.kept = true // the next start tries them again
+		return nil
 	}
 	return s.hostWritten.lower()
 }
@@ -211,6 +218,9 @@ func (s *Store) restubFromHost(rel string) error {
 	}
 	defer unlock()
 	st, err := s.host.LstatFresh(rel)
+	if testHookRestubFromHost != nil {
+		err = testHookRestubFromHost(rel, err)
+	}
 	if errors.Is(err, unix.ENOENT) || (err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG) {
 		return nil
 	}
@@ -242,3 +252,7 @@ func (s *Store) restubFromHost(rel string) error {
 	}
 	return nil
 }
+
+// testHookRestubFromHost, if set (by tests), is given restubFromHost's
+// look at the host and returns the error it is to have met.
+var testHookRestubFromHost func(rel string, err error) error

@@ -414,3 +414,44 @@ func benchmarkOpenAfter(b *testing.B, killed bool) {
 		b.StartTimer()
 	}
 }
+
+// A file the start cannot fetch again (the share refuses or is gone) keeps
+// the writer's base, and the flag stays up through a clean stop, so that
+// the next start tries again: lowered at the clean Close, the flag was gone
+// and the copy was served old until a sweep of the host happened to look
+// ("the flag is down after a clean stop with a file not fetched again").
+func TestD4_C3_AFileTheStartCouldNotFetchIsTriedAgainAtTheNext(t *testing.T) {
+	r := newStoreRig(t, consistency.Cached, writeback.Options{}, func(h string) {
+		os.WriteFile(filepath.Join(h, "f"), []byte("old content"), 0o644)
+	})
+	ctx := context.Background()
+	if err := r.s.EnsurePopulated(""); err != nil {
+		t.Fatal(err)
+	}
+	if got := readVia(t, r.s, "f"); got != "old content" {
+		t.Fatalf("first read: %q", got)
+	}
+	w, err := r.s.Open(ctx, "f", unix.O_RDWR, relF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeHostHalf(t, r, w, "f", "new", 0)
+	testHookRestubFromHost = func(string, error) error { return unix.EIO }
+	t.Cleanup(func() { testHookRestubFromHost = nil })
+	r.kill(t)
+	testHookRestubFromHost = nil
+	flag := writersOpenFlag(filepath.Join(r.base, "tree"))
+	if _, err := os.Stat(flag); err != nil {
+		t.Fatalf("the flag after a start that could not fetch f: %v", err)
+	}
+	if err := r.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(flag); err != nil {
+		t.Fatalf("the flag is down after a clean stop with a file not fetched again: %v", err)
+	}
+	r.open(t)
+	if got := readVia(t, r.s, "f"); got != "new content" {
+		t.Errorf("f at the start after: %q, want %q", got, "new content")
+	}
+}

@@ -350,7 +350,7 @@ func (s *Store) Close() error {
 	s.busyMu.Lock()
 	writersOpen := len(s.busyIno) > 0
 	s.busyMu.Unlock()
-	if !writersOpen {
+	if !writersOpen && !s.hostWritten.kept {
 		// Every cached writer was released, and gave its file the host's
 		// base: nothing for the next Open to look for.
 		errs = append(errs, s.hostWritten.lower())
