@@ -44,6 +44,7 @@ import (
 	"github.com/bindstate/bindstate/plugin/driver"
 	"github.com/bindstate/bindstate/plugin/hostpath"
 	"github.com/bindstate/bindstate/plugin/internal/testenv"
+	"github.com/bindstate/bindstate/plugin/internal/testshare"
 )
 
 // childSpec is what TestCrashChildServes opens, passed in its environment.
@@ -221,7 +222,7 @@ func newCrashRig(t *testing.T, st consistency.State, overShare bool, rescan stri
 	base := t.TempDir()
 	r := &rig{}
 	if overShare {
-		r.share = startTestShare(t, base)
+		r.share = testshare.SSHFS(t, base)
 		r.host = r.share.Mount
 	} else {
 		r.host = filepath.Join(base, "host")

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"github.com/bindstate/bindstate/plugin/driver"
 	"github.com/bindstate/bindstate/plugin/hostpath"
 	"github.com/bindstate/bindstate/plugin/internal/testenv"
+	"github.com/bindstate/bindstate/plugin/internal/testshare"
 	"github.com/bindstate/bindstate/plugin/writeback"
 )
 
@@ -174,41 +174,10 @@ func newShareRig(t testing.TB, st consistency.State, rescan string) *rig {
 	t.Helper()
 	testenv.RequireFUSE(t)
 	base := t.TempDir()
-	share := startTestShare(t, base)
+	share := testshare.SSHFS(t, base)
 	r := openRigAt(t, base, share.Mount, st, rescan, nil, false)
 	r.share = share
 	return r
-}
-
-// startTestShare starts an sshfs share of a fresh folder under base (its
-// server's folder base/server, mounted on base/share), stopped when the
-// test ends, after what was opened on it later (cleanups run last first).
-// Skipped without sshd and sshfs, except in CI.
-func startTestShare(t testing.TB, base string) *harness.Share {
-	t.Helper()
-	for _, tool := range []string{"/usr/sbin/sshd", "sshfs"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if harness.InCI() {
-				t.Fatalf("%s: %v (contrib/install-deps.sh installs it)", tool, err)
-			}
-			t.Skipf("no %s for a share: %v", tool, err)
-		}
-	}
-	repo, err := harness.RepoRoot() // go test runs here, make test-exercise-loop at the top
-	if err != nil {
-		t.Fatal(err)
-	}
-	share, err := harness.StartShare(filepath.Join(repo, "contrib", "share.sh"),
-		filepath.Join(base, "server"), filepath.Join(base, "share"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := share.Down(); err != nil {
-			t.Errorf("share down: %v", err)
-		}
-	})
-	return share
 }
 
 // hostNow is the folder where what the host holds can be read now: the

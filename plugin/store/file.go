@@ -602,11 +602,7 @@ func (f *File) restub() {
 	// the container saw the host file's while it was open) and base. Not
 	// its owner and mode, as adoptIn gives: those changes went to both
 	// halves already, and one made since the stat would be undone.
-	err := stubFd(fd, st.Size)
-	f.s.markedStub()
-	if err == nil {
-		err = setAttrsFd(fd, &st, false, false)
-	}
+	err := f.s.stubOfHost(fd, &st, false)
 	if err == nil && f.s.writersOf(f.storeIno()) > 1 {
 		// Another writer has it open still: its release gives the base.
 		err = unix.Fsetxattr(fd, xattrBase, writerBase.encode(), 0)
@@ -614,6 +610,18 @@ func (f *File) restub() {
 	if err != nil {
 		f.s.log.Error("making a host-written file's store copy a stub", "path", rel, "err", err)
 	}
+}
+
+// stubOfHost makes the open store file fd a stub of the host file st
+// describes, with its times and base, and its mode where asked to; the
+// caller holds its content lock.
+func (s *Store) stubOfHost(fd int, st *unix.Stat_t, mode bool) error {
+	err := stubFd(fd, st.Size)
+	s.markedStub()
+	if err == nil {
+		err = setAttrsFd(fd, st, false, mode)
+	}
+	return err
 }
 
 // restubMayRunBeside reports whether a change along route r to a file's

@@ -212,11 +212,12 @@ func (s *Store) restubFromHost(rel string) error {
 		return fmt.Errorf("open the store copy: %w", err)
 	}
 	defer lf.Close()
-	unlock, err := s.lockContent(lf)
-	if err != nil {
-		return err
+	fd := int(lf.Fd())
+	var lst unix.Stat_t
+	if err := unix.Fstat(fd, &lst); err != nil {
+		return fmt.Errorf("stat the store copy: %w", err)
 	}
-	defer unlock()
+	defer s.lockContentOf(lst.Ino)()
 	st, err := s.host.LstatFresh(rel)
 	if testHookRestubFromHost != nil {
 		err = testHookRestubFromHost(rel, err)
@@ -226,11 +227,6 @@ func (s *Store) restubFromHost(rel string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("stat on the host: %w", err)
-	}
-	fd := int(lf.Fd())
-	var lst unix.Stat_t
-	if err := unix.Fstat(fd, &lst); err != nil {
-		return fmt.Errorf("stat the store copy: %w", err)
 	}
 	if byProcess, _ := s.host.ServedByProcess(); byProcess && isLinked(&lst) && st.Size > 0 {
 		if err := unix.Fsetxattr(fd, xattrStub, mark, 0); err != nil {
@@ -242,12 +238,7 @@ func (s *Store) restubFromHost(rel string) error {
 		}
 		return unix.Fchmod(fd, st.Mode&0o7777)
 	}
-	err = stubFd(fd, st.Size)
-	s.markedStub()
-	if err == nil {
-		err = setAttrsFd(fd, &st, false, true)
-	}
-	if err != nil {
+	if err := s.stubOfHost(fd, &st, true); err != nil {
 		return fmt.Errorf("make a stub: %w", err)
 	}
 	return nil

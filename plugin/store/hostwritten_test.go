@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -11,9 +10,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/bindstate/bindstate/integration/harness"
 	"github.com/bindstate/bindstate/plugin/consistency"
 	"github.com/bindstate/bindstate/plugin/hostpath"
+	"github.com/bindstate/bindstate/plugin/internal/testshare"
 	"github.com/bindstate/bindstate/plugin/writeback"
 )
 
@@ -66,11 +65,13 @@ func writeHostHalf(t *testing.T, r *storeRig, w *File, rel, data string, off int
 // the host at the next Open: one a writer served from the host had open
 // (the kernel writes the host file; where the test folder's file system
 // allows it), one whose write was cut between the host's half and the
-// store's, and one renamed while its writer had it open. The host's
+// store's, one renamed while its writer had it open, and one the
+// container created (it has no base of the host's at all). The host's
 // writes keep size and mtime, so that no sweep of the host could tell.
 // Without the walk at Open: "the store's d/g after the next Open: "old
 // content", want "new content"" (and the same for d/h without the rename
-// leaving the writer's base alone).
+// leaving the writer's base alone, and for d/n without the mark at
+// Create).
 func TestD4_C3_AFileWrittenOnTheHostWhenThePluginWasKilledIsFetchedAgain(t *testing.T) {
 	const old, written = "old content", "new"
 	want := "new content"
@@ -129,12 +130,22 @@ func TestD4_C3_AFileWrittenOnTheHostWhenThePluginWasKilledIsFetchedAgain(t *test
 	}
 	rel = "d/h"
 	writeHostHalf(t, r, h, "d/h", written, 0)
+
+	// Made by the container (Create), written whole, then a write cut.
+	n, err := r.s.Create(ctx, "d/n", unix.O_RDWR, 0o644, Owner{Uid: os.Getuid(), Gid: os.Getgid()}, func() (string, bool) { return "d/n", true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.WriteAt(ctx, []byte(old), 0); err != nil {
+		t.Fatal(err)
+	}
+	writeHostHalf(t, r, n, "d/n", written, 0)
 	if _, err := os.Stat(writersOpenFlag(filepath.Join(r.base, "tree"))); err != nil {
 		t.Fatalf("the flag of cached writers with three open: %v", err)
 	}
 
 	r.kill(t)
-	check := []string{"d/g", "d/h"}
+	check := []string{"d/g", "d/h", "d/n"}
 	if fromHost {
 		check = append(check, "f")
 	}
@@ -255,28 +266,8 @@ func TestARenamedCachedWriterIsBusyUnderItsNewName(t *testing.T) {
 // and the fetch read the file short: "the store's b after the next Open:
 // "first", want "first, and more through c"".
 func TestD4_C3_ALinkedFileAKilledWriterLeftOnAShareIsFetchedThroughTheNameLookedAt(t *testing.T) {
-	for _, tool := range []string{"/usr/sbin/sshd", "sshfs"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if harness.InCI() {
-				t.Fatalf("%s: %v (contrib/install-deps.sh installs it)", tool, err)
-			}
-			t.Skipf("no %s for a share: %v", tool, err)
-		}
-	}
-	repo, err := harness.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	base := t.TempDir()
-	share, err := harness.StartShare(filepath.Join(repo, "contrib", "share.sh"), filepath.Join(base, "server"), filepath.Join(base, "share"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := share.Down(); err != nil {
-			t.Errorf("share down: %v", err)
-		}
-	})
+	share := testshare.SSHFS(t, base)
 	r := &storeRig{base: base, host: share.Mount, state: consistency.Cached}
 	r.start(t)
 	ctx := context.Background()

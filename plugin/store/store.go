@@ -348,7 +348,7 @@ func (s *Store) Close() error {
 	}
 	s.closeKept()
 	s.busyMu.Lock()
-	writersOpen := len(s.busyIno) > 0
+	writersOpen := len(s.busy) > 0
 	s.busyMu.Unlock()
 	if !writersOpen && !s.hostWritten.kept {
 		// Every cached writer was released, and gave its file the host's
