@@ -1,13 +1,16 @@
 // Package journal is the crash-safe record of which store paths hold changes
-// that the host has not seen yet, and of the tombstones the writeback needs
-// to tell a host edit from its own: what the host had at a path whose store
-// entry is gone (removed or renamed away, not yet written back), or at a
-// symlink, which cannot carry the store's base xattr (rule D7). Without
-// them a restarted plugin would take every such path for one the host
-// changed, and keep a needless conflict copy.
+// that the host has not seen yet, and of what the writeback needs to tell a
+// host edit from its own (rule D7) where the store entry cannot carry it
+// in an xattr: the tombstones, what the host had at a path whose store
+// entry is gone (removed or renamed away, not yet written back) or at a
+// symlink (the kernel allows user xattrs only on files and directories);
+// and the writing marks, what a symlink's writeback is putting in place on
+// the host, until it records that as the base. Without them a restarted
+// plugin would take every such path for one the host changed, and keep a
+// needless conflict copy.
 //
 // It is an append-only file of small checksummed records ("dirty P",
-// "clean P", "tomb P = V", "untomb P"). A record is appended (write(2), no fsync) BEFORE the change it
+// "clean P", "tomb P = V", "untomb P", "writing P = V", "written P"). A record is appended (write(2), no fsync) BEFORE the change it
 // covers is made in the store, so a plugin crash at any point leaves every
 // change a container saw succeed either on the host or named here. Sync
 // fsyncs it (for fsync from the container and at shutdown). Open replays the
@@ -16,11 +19,12 @@
 //
 // File format (all integers little endian):
 //
-//	header  "bsjrnl\x00\x02"                       8 bytes: magic and version
+//	header  "bsjrnl\x00\x03"                       8 bytes: magic and version
 //	record  len uint32 | kind byte | body [len]byte | crc uint32
 //
-// kind is 'D' (dirty), 'C' (clean) or 'U' (untomb), whose body is a path,
-// or 'T' (tomb), whose body is a path, a NUL and the tombstone's value. crc is CRC32C (Castagnoli) of every
+// kind is 'D' (dirty), 'C' (clean), 'U' (untomb) or 'X' (written), whose
+// body is a path, or 'T' (tomb) or 'W' (writing), whose body is a path, a
+// NUL and the value. crc is CRC32C (Castagnoli) of every
 // byte of the record before it, length included, so a damaged length is
 // caught too. Paths are binary (anything but NUL, newlines included), which
 // is why records are length-prefixed rather than text lines. Replay stops at
@@ -29,9 +33,9 @@
 // framed reliably, and appending behind garbage would make them unreadable
 // too.
 //
-// A version 1 file (no tombstones) is read and rewritten as version 2 at
-// Open; a build that knows only version 1 refuses a version 2 file rather
-// than cut it short.
+// An older file (version 1: no tombstones; version 2: no writing marks) is
+// read and rewritten as version 3 at Open; a build that knows only an
+// older version refuses a newer file rather than cut it short.
 //
 // Lock order: Journal.mu only, a leaf: nothing else is locked or called
 // back while it is held. Methods named _foo expect mu held. replay, reset
@@ -45,6 +49,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -53,8 +58,10 @@ import (
 )
 
 const (
-	magic     = "bsjrnl\x00\x02"
+	magic     = "bsjrnl\x00\x03"
+	magicV2   = "bsjrnl\x00\x02"
 	magicV1   = "bsjrnl\x00\x01"
+	version   = 3 // magic's
 	headerLen = int64(len(magic))
 	// recOverhead is a record's size beyond its path: length, kind, crc.
 	recOverhead = 4 + 1 + 4
@@ -62,11 +69,37 @@ const (
 	// for damage rather than for a huge record. Linux paths are far shorter.
 	maxPath = 1 << 20
 
-	kindDirty  = 'D'
-	kindClean  = 'C'
-	kindTomb   = 'T'
-	kindUntomb = 'U'
+	kindDirty   = 'D'
+	kindClean   = 'C'
+	kindTomb    = 'T' // since version 2
+	kindUntomb  = 'U' // since version 2
+	kindWriting = 'W' // since version 3
+	kindWritten = 'X' // since version 3
 )
+
+// hasValue reports whether records of kind carry a value after the path.
+func hasValue(kind byte) bool { return kind == kindTomb || kind == kindWriting }
+
+// since is the version of the file format that brought records of kind
+// (0: no such kind).
+func since(kind byte) int {
+	switch kind {
+	case kindDirty, kindClean:
+		return 1
+	case kindTomb, kindUntomb:
+		return 2
+	case kindWriting, kindWritten:
+		return 3
+	}
+	return 0
+}
+
+// valueTable is one of the journal's tables of path -> value: records of
+// kind set put a path's value in it, records of kind drop take it out.
+type valueTable struct {
+	set, drop byte
+	m         map[string]string
+}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -86,15 +119,16 @@ var ErrClosed = errors.New("journal closed")
 type Journal struct {
 	path string
 
-	mu     sync.Mutex
-	f      *os.File            // opened O_APPEND; nil once closed
-	dirty  map[string]struct{} // the live dirty set
-	tombs  map[string]string   // the live tombstones: path -> value
-	size   int64               // bytes in the file (all complete records)
-	live   int64               // bytes the live records (dirty set, tombstones) take
-	floor  int64               // no compaction below this size (raised after a failed one)
-	broken error               // sticky: the file could not be put back in a clean state
-	buf    []byte              // record encoding scratch
+	mu      sync.Mutex
+	f       *os.File            // opened O_APPEND; nil once closed
+	dirty   map[string]struct{} // the live dirty set
+	tombs   valueTable          // the live tombstones
+	writing valueTable          // the live writing marks
+	size    int64               // bytes in the file (all complete records)
+	live    int64               // bytes the live records (dirty set, tables) take
+	floor   int64               // no compaction below this size (raised after a failed one)
+	broken  error               // sticky: the file could not be put back in a clean state
+	buf     []byte              // record encoding scratch
 }
 
 // Open opens (creating if needed) the journal at path and replays it.
@@ -111,20 +145,23 @@ func Open(path string) (*Journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("journal %s: open: %w", path, err)
 	}
-	j := &Journal{path: path, f: f, dirty: make(map[string]struct{}), tombs: make(map[string]string), floor: compactMin}
-	v1, err := j.replay()
+	j := &Journal{path: path, f: f, dirty: make(map[string]struct{}), floor: compactMin,
+		tombs:   valueTable{set: kindTomb, drop: kindUntomb, m: make(map[string]string)},
+		writing: valueTable{set: kindWriting, drop: kindWritten, m: make(map[string]string)},
+	}
+	old, err := j.replay()
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if v1 {
-		// Tombstone records must not land in a file whose header says it
-		// has none: rewrite it as version 2 first.
+	if old {
+		// Records of the kinds a version added must not land in a file
+		// whose header says it has none: rewrite it as this version first.
 		if err := j._rewrite(); err != nil {
 			j.f.Close()
-			return nil, fmt.Errorf("journal %s: upgrade from version 1: %w", path, err)
+			return nil, fmt.Errorf("journal %s: upgrade to version %d: %w", path, version, err)
 		}
 	} else if j._wantCompact() {
 		// Not fatal: the file as replayed is valid, just longer than needed.
@@ -133,10 +170,10 @@ func Open(path string) (*Journal, error) {
 	return j, nil
 }
 
-// replay reads the whole file into the dirty set and the tombstones and
-// cuts off whatever follows the last good record; v1 reports a version 1
-// file. It runs before j is shared.
-func (j *Journal) replay() (v1 bool, err error) {
+// replay reads the whole file into the dirty set and the tables and cuts
+// off whatever follows the last good record; old reports a file of an
+// older version. It runs before j is shared.
+func (j *Journal) replay() (old bool, err error) {
 	data, err := io.ReadAll(io.NewSectionReader(j.f, 0, 1<<62))
 	if err != nil {
 		return false, fmt.Errorf("journal %s: read: %w", j.path, err)
@@ -144,15 +181,18 @@ func (j *Journal) replay() (v1 bool, err error) {
 	if int64(len(data)) < headerLen {
 		// New, or created by a run that crashed before its header was
 		// written: either way it holds no records.
-		if !bytes.HasPrefix([]byte(magic), data) && !bytes.HasPrefix([]byte(magicV1), data) {
+		if !bytes.HasPrefix([]byte(magic), data) && !bytes.HasPrefix([]byte(magicV2), data) && !bytes.HasPrefix([]byte(magicV1), data) {
 			return false, fmt.Errorf("journal %s: not a bindstate journal (bad header)", j.path)
 		}
 		return false, j.reset()
 	}
+	v := version
 	switch string(data[:headerLen]) {
 	case magic:
+	case magicV2:
+		v = 2
 	case magicV1:
-		v1 = true
+		v = 1
 	default:
 		// Refuse rather than overwrite: the file may name unwritten changes
 		// in a format this build does not know.
@@ -161,7 +201,7 @@ func (j *Journal) replay() (v1 bool, err error) {
 	pos := headerLen
 	for pos < int64(len(data)) {
 		rel, kind, value, n, ok := decode(data[pos:])
-		if !ok || v1 && (kind == kindTomb || kind == kindUntomb) {
+		if !ok || since(kind) > v { // a kind its version had not: damage
 			break
 		}
 		j.apply(rel, kind, value)
@@ -179,7 +219,7 @@ func (j *Journal) replay() (v1 bool, err error) {
 			return false, fmt.Errorf("journal %s: sync after dropping damaged tail: %w", j.path, err)
 		}
 	}
-	return v1, nil
+	return v < version, nil
 }
 
 // reset makes the file an empty journal (header only), durably.
@@ -200,8 +240,8 @@ func (j *Journal) reset() error {
 	return nil
 }
 
-// apply updates the dirty set or the tombstones for one record (mu held,
-// or not yet shared).
+// apply updates the dirty set or a table for one record (mu held, or not
+// yet shared).
 func (j *Journal) apply(rel string, kind byte, value string) {
 	switch kind {
 	case kindDirty, kindClean:
@@ -215,14 +255,21 @@ func (j *Journal) apply(rel string, kind byte, value string) {
 			j.live -= recSize(rel, kindDirty, "")
 		}
 	case kindTomb, kindUntomb:
-		if old, was := j.tombs[rel]; was {
-			delete(j.tombs, rel)
-			j.live -= recSize(rel, kindTomb, old)
-		}
-		if kind == kindTomb {
-			j.tombs[rel] = value
-			j.live += recSize(rel, kindTomb, value)
-		}
+		j.applyValue(&j.tombs, rel, kind, value)
+	case kindWriting, kindWritten:
+		j.applyValue(&j.writing, rel, kind, value)
+	}
+}
+
+// applyValue updates table t for one of its records.
+func (j *Journal) applyValue(t *valueTable, rel string, kind byte, value string) {
+	if old, was := t.m[rel]; was {
+		delete(t.m, rel)
+		j.live -= recSize(rel, t.set, old)
+	}
+	if kind == t.set {
+		t.m[rel] = value
+		j.live += recSize(rel, t.set, value)
 	}
 }
 
@@ -241,11 +288,17 @@ func (j *Journal) Pending() []string {
 
 // Tombs returns the tombstones found at Open plus those set since and not
 // dropped: path -> value.
-func (j *Journal) Tombs() map[string][]byte {
+func (j *Journal) Tombs() map[string][]byte { return j.values(&j.tombs) }
+
+// Writing returns the writing marks found at Open plus those set since and
+// not dropped: path -> value.
+func (j *Journal) Writing() map[string][]byte { return j.values(&j.writing) }
+
+func (j *Journal) values(t *valueTable) map[string][]byte {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	out := make(map[string][]byte, len(j.tombs))
-	for rel, v := range j.tombs {
+	out := make(map[string][]byte, len(t.m))
+	for rel, v := range t.m {
 		out[rel] = []byte(v)
 	}
 	return out
@@ -284,32 +337,53 @@ func (j *Journal) MarkDirty(rel string) error {
 // Like every record it is durable at the next Sync, not before: a
 // tombstone lost in a crash only makes the writeback more careful (D7).
 func (j *Journal) SetTomb(rel string, value []byte) error {
-	if err := j.checkPath("set tombstone", rel, 1+len(value)); err != nil {
-		return err
-	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if old, ok := j.tombs[rel]; ok && old == string(value) {
-		return nil
-	}
-	if err := j._append(rel, kindTomb, string(value)); err != nil {
-		return fmt.Errorf("journal %s: set tombstone %q: %w", j.path, rel, err)
-	}
-	j.apply(rel, kindTomb, string(value))
-	return j._maybeCompact()
+	return j.setValue(&j.tombs, "set tombstone", rel, value)
 }
 
 // DropTomb removes rel's tombstone (no write if it has none).
 func (j *Journal) DropTomb(rel string) error {
+	return j.dropValue(&j.tombs, "drop tombstone", rel)
+}
+
+// SetWriting records value as rel's writing mark (no write if it already
+// is): the attributes of what a writeback is about to put in place at rel
+// on the host. Durable as SetTomb is: a kill of the process leaves it in
+// the file; a power cut before the next Sync may not.
+func (j *Journal) SetWriting(rel string, value []byte) error {
+	return j.setValue(&j.writing, "set writing mark", rel, value)
+}
+
+// DropWriting removes rel's writing mark (no write if it has none).
+func (j *Journal) DropWriting(rel string) error {
+	return j.dropValue(&j.writing, "drop writing mark", rel)
+}
+
+func (j *Journal) setValue(t *valueTable, op, rel string, value []byte) error {
+	if err := j.checkPath(op, rel, 1+len(value)); err != nil {
+		return err
+	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if _, ok := j.tombs[rel]; !ok {
+	if old, ok := t.m[rel]; ok && old == string(value) {
 		return nil
 	}
-	if err := j._append(rel, kindUntomb, ""); err != nil {
-		return fmt.Errorf("journal %s: drop tombstone %q: %w", j.path, rel, err)
+	if err := j._append(rel, t.set, string(value)); err != nil {
+		return fmt.Errorf("journal %s: %s %q: %w", j.path, op, rel, err)
 	}
-	j.apply(rel, kindUntomb, "")
+	j.apply(rel, t.set, string(value))
+	return j._maybeCompact()
+}
+
+func (j *Journal) dropValue(t *valueTable, op, rel string) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if _, ok := t.m[rel]; !ok {
+		return nil
+	}
+	if err := j._append(rel, t.drop, ""); err != nil {
+		return fmt.Errorf("journal %s: %s %q: %w", j.path, op, rel, err)
+	}
+	j.apply(rel, t.drop, "")
 	return j._maybeCompact()
 }
 
@@ -403,13 +477,10 @@ func (j *Journal) _rewrite() error {
 	for _, rel := range rels {
 		buf = encode(buf, rel, kindDirty, "")
 	}
-	tombs := make([]string, 0, len(j.tombs))
-	for rel := range j.tombs {
-		tombs = append(tombs, rel)
-	}
-	slices.Sort(tombs)
-	for _, rel := range tombs {
-		buf = encode(buf, rel, kindTomb, j.tombs[rel])
+	for _, t := range []*valueTable{&j.tombs, &j.writing} {
+		for _, rel := range slices.Sorted(maps.Keys(t.m)) {
+			buf = encode(buf, rel, t.set, t.m[rel])
+		}
 	}
 	if _, err := f.Write(buf); err != nil {
 		return fail(err)
@@ -460,13 +531,14 @@ func (j *Journal) Close() error {
 	return nil
 }
 
-// encode appends one record to buf: rel, and for a tombstone its value.
+// encode appends one record to buf: rel, and for a kind with values
+// (hasValue) the value.
 func encode(buf []byte, rel string, kind byte, value string) []byte {
 	start := len(buf)
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(recSize(rel, kind, value)-recOverhead))
 	buf = append(buf, kind)
 	buf = append(buf, rel...)
-	if kind == kindTomb {
+	if hasValue(kind) {
 		buf = append(buf, 0)
 		buf = append(buf, value...)
 	}
@@ -490,11 +562,11 @@ func decode(b []byte) (rel string, kind byte, value string, n int64, ok bool) {
 	kind = body[4]
 	p := body[5:]
 	switch kind {
-	case kindDirty, kindClean, kindUntomb:
+	case kindDirty, kindClean, kindUntomb, kindWritten:
 		if bytes.IndexByte(p, 0) >= 0 {
 			return "", 0, "", 0, false
 		}
-	case kindTomb:
+	case kindTomb, kindWriting:
 		i := bytes.IndexByte(p, 0)
 		if i < 0 {
 			return "", 0, "", 0, false
@@ -506,11 +578,10 @@ func decode(b []byte) (rel string, kind byte, value string, n int64, ok bool) {
 	return string(p), kind, value, int64(l) + recOverhead, true
 }
 
-// recSize is the size of the record of kind for rel (and a tombstone's
-// value).
+// recSize is the size of the record of kind for rel (and its value).
 func recSize(rel string, kind byte, value string) int64 {
 	n := int64(len(rel)) + recOverhead
-	if kind == kindTomb {
+	if hasValue(kind) {
 		n += 1 + int64(len(value))
 	}
 	return n

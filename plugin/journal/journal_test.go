@@ -405,13 +405,7 @@ func copyFile(t *testing.T, from, to string) {
 // wantTombs checks j's tombstones.
 func wantTombs(t *testing.T, j *Journal, want map[string]string) {
 	t.Helper()
-	got := map[string]string{}
-	for rel, v := range j.Tombs() {
-		got[rel] = string(v)
-	}
-	if !maps.Equal(got, want) {
-		t.Fatalf("tombstones = %q, want %q", got, want)
-	}
+	wantValues(t, "tombstones", j.Tombs(), want)
 }
 
 // Tombstones (rule D7: what the host had at a path the store no longer
@@ -460,30 +454,123 @@ func TestD7_TombstonesSurviveReopen(t *testing.T) {
 	}
 }
 
-// A version 1 journal (before tombstones) is read, and rewritten as
-// version 2 before a tombstone is appended to it.
-func TestVersion1JournalIsUpgraded(t *testing.T) {
+// An older journal (version 1: before tombstones; version 2: before
+// writing marks) is read, and rewritten as this version before a record of
+// a newer kind is appended to it.
+func TestOlderJournalsAreUpgraded(t *testing.T) {
+	for _, tc := range []struct {
+		header string
+		tomb   bool // the version has tombstones
+	}{{magicV1, false}, {magicV2, true}} {
+		t.Run(fmt.Sprintf("%q", tc.header), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "journal")
+			old := []byte(tc.header)
+			old = encode(old, "a", kindDirty, "")
+			old = encode(old, "b", kindDirty, "")
+			old = encode(old, "a", kindClean, "")
+			tombs := map[string]string{"t": "v"}
+			if tc.tomb {
+				old = encode(old, "old", kindTomb, "o")
+				tombs["old"] = "o"
+			}
+			if err := os.WriteFile(path, old, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			j := open(t, path)
+			wantPending(t, j, "b")
+			if err := j.SetTomb("t", []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+			if err := j.SetWriting("w", []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			j.Close()
+			kinds, _, rest := records(t, path) // fails unless the header is this version's
+			if want := len(tombs) + 2; rest != 0 || len(kinds) != want {
+				t.Fatalf("upgraded file: kinds %q, %d bytes left; want %d records", kinds, rest, want)
+			}
+			j = open(t, path)
+			wantPending(t, j, "b")
+			wantValues(t, "tombstones", j.Tombs(), tombs)
+			wantValues(t, "writing marks", j.Writing(), map[string]string{"w": "x"})
+		})
+	}
+}
+
+// A version 2 file holding a record of a kind version 3 brought is
+// damaged there (no build of version 2 wrote one): replay stops at it.
+func TestAKindTheVersionHadNotIsDamage(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "journal")
-	old := []byte(magicV1)
+	old := []byte(magicV2)
 	old = encode(old, "a", kindDirty, "")
+	old = encode(old, "w", kindWriting, "x")
 	old = encode(old, "b", kindDirty, "")
-	old = encode(old, "a", kindClean, "")
 	if err := os.WriteFile(path, old, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	j := open(t, path)
-	wantPending(t, j, "b")
-	if err := j.SetTomb("t", []byte("v")); err != nil {
+	wantPending(t, j, "a")
+	wantValues(t, "writing marks", j.Writing(), map[string]string{})
+}
+
+// Writing marks (rule D7: what a symlink's writeback is putting in place
+// on the host, which a symlink cannot carry as an xattr) survive a restart
+// and a compaction, beside the tombstones and independent of them.
+func TestD7_WritingMarksSurviveReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal")
+	j := open(t, path)
+	for _, step := range []struct{ rel, value string }{{"l", "v1"}, {"l", "v2"}, {"m", "x"}, {"gone", "y"}} {
+		if err := j.SetWriting(step.rel, []byte(step.value)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := j.SetTomb("l", []byte("the base")); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.DropWriting("gone"); err != nil {
+		t.Fatal(err)
+	}
+	before := size(t, path)
+	if err := j.SetWriting("m", []byte("x")); err != nil { // unchanged: no record
+		t.Fatal(err)
+	}
+	if err := j.DropWriting("never"); err != nil {
+		t.Fatal(err)
+	}
+	if got := size(t, path); got != before {
+		t.Fatalf("journal grew from %d to %d bytes for no change", before, got)
+	}
+	want := map[string]string{"l": "v2", "m": "x"}
+	tombs := map[string]string{"l": "the base"}
+	for _, compact := range []bool{false, true} {
+		j.Close()
+		j = open(t, path)
+		wantValues(t, "writing marks", j.Writing(), want)
+		wantValues(t, "tombstones", j.Tombs(), tombs)
+		if compact {
+			if err := j.compact(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := j.DropWriting("l"); err != nil {
 		t.Fatal(err)
 	}
 	j.Close()
-	kinds, rels, rest := records(t, path) // fails unless the header is version 2
-	if rest != 0 || string(kinds) != "DT" || !slices.Equal(rels, []string{"b", "t"}) {
-		t.Fatalf("upgraded file: kinds %q rels %q, %d bytes left", kinds, rels, rest)
-	}
 	j = open(t, path)
-	wantPending(t, j, "b")
-	wantTombs(t, j, map[string]string{"t": "v"})
+	wantValues(t, "writing marks", j.Writing(), map[string]string{"m": "x"})
+	wantValues(t, "tombstones", j.Tombs(), tombs)
+}
+
+func wantValues(t *testing.T, what string, got map[string][]byte, want map[string]string) {
+	t.Helper()
+	g := map[string]string{}
+	for rel, v := range got {
+		g[rel] = string(v)
+	}
+	if !maps.Equal(g, want) {
+		t.Fatalf("%s = %q, want %q", what, g, want)
+	}
 }
 
 // A tombstone record torn by a crash is dropped like any other.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bindstate/bindstate/plugin/consistency"
+	"github.com/bindstate/bindstate/plugin/internal/testshare"
 	"github.com/bindstate/bindstate/plugin/writeback"
 )
 
@@ -114,6 +115,98 @@ func TestD7_AHostFileAKilledPutRenamedIntoPlaceIsNoHostEdit(t *testing.T) {
 				t.Fatalf("the store file is still marked after its Put recorded the base")
 			}
 		})
+	}
+}
+
+// The test above for a symlink, over a real sshfs share: a symlink cannot
+// carry the mark's xattr, so the journal keeps it. Without it the next
+// run's Put compared targets, and sshfs refuses to tell one that is
+// absolute or has ".." in it: the container's own symlink was kept aside
+// as a host edit (a spurious conflict copy, base_known=false, found by
+// TestExerciserCrash_D4_C3 in CI: "conflict copies [l.bindstate-conflict-...]
+// of the container's own symlink: want none"). A host edit made after the
+// kill is still kept aside.
+func TestD7_AHostSymlinkAKilledPutRenamedIntoPlaceIsNoHostEdit(t *testing.T) {
+	base := t.TempDir()
+	share := testshare.SSHFS(t, base)
+	r := &storeRig{base: base, host: share.Mount, state: consistency.Delegated, opts: writeback.Options{Delay: time.Hour}}
+	r.start(t)
+	ctx := context.Background()
+	if err := r.s.EnsurePopulated(""); err != nil {
+		t.Fatal(err)
+	}
+	const target = "../elsewhere/bin" // sshfs refuses to tell it
+	me := Owner{Uid: os.Getuid(), Gid: os.Getgid()}
+	for _, name := range []string{"l", "edited"} {
+		if err := r.s.Symlink(ctx, target, name, me); err != nil {
+			t.Fatal(err)
+		}
+		// What the killed Put did: the symlink made under a temporary
+		// name and marked, then renamed into place; not the base it
+		// records after.
+		tmp := filepath.Join(share.Mount, ".tmp-"+name)
+		if err := os.Symlink(target, tmp); err != nil {
+			t.Fatal(err)
+		}
+		hst := lstat(t, tmp)
+		r.s.markWriting(name, &hst)
+		if err := os.Rename(tmp, filepath.Join(share.Mount, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Readlink(filepath.Join(share.Mount, "l")); err == nil {
+		t.Fatal("the share tells the target: the test needs one it refuses")
+	}
+	// A host edit after the kill, before the next run: another symlink in
+	// place of one (made through the share, which then forgets what it
+	// cached of the name).
+	edited := filepath.Join(share.Mount, "edited") // a target of another size: sftp keeps whole seconds
+	if err := os.Remove(edited); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("the host's target", edited); err != nil {
+		t.Fatal(err)
+	}
+	r.kill(t)
+	if err := r.s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"l", "edited"} {
+		if got, err := os.Readlink(filepath.Join(share.HostDir, name)); err != nil || got != target {
+			t.Errorf("host %s -> %q (%v), want %q", name, got, err, target)
+		}
+	}
+	if copies := conflictCopies(t, share.HostDir, "l"); len(copies) != 0 {
+		t.Errorf("conflict copies %q of the container's own symlink: want none", copies)
+	}
+	copies := conflictCopies(t, share.HostDir, "edited")
+	if len(copies) != 1 {
+		t.Fatalf("conflict copies of the symlink the host edited: %q, want one (rule D7)", copies)
+	}
+	if got, _ := os.Readlink(filepath.Join(share.HostDir, copies[0])); got != "the host's target" {
+		t.Errorf("the conflict copy %s -> %q, want the host's target", copies[0], got)
+	}
+	if marks := r.s.journal.Writing(); len(marks) != 0 {
+		t.Errorf("writing marks left in the journal after the Puts recorded the bases: %q", marks)
+	}
+
+	// The Put marks before its rename, in the journal.
+	var marked bool
+	testHookPutWritten = func(rel string) {
+		_, marked = r.s.journal.Writing()[rel]
+	}
+	t.Cleanup(func() { testHookPutWritten = nil })
+	if err := r.s.Symlink(ctx, target, "m", me); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !marked {
+		t.Error("a symlink's Put renamed it into place unmarked")
+	}
+	if marks := r.s.journal.Writing(); len(marks) != 0 {
+		t.Errorf("writing marks left in the journal after the Put recorded the base: %q", marks)
 	}
 }
 

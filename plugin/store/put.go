@@ -133,7 +133,7 @@ func (s *Store) putEntry(ctx context.Context, rel string, removes bool) error {
 	case unix.S_IFREG:
 		written, err = s.putFile(rel, &st, exists, &hst, held)
 	case unix.S_IFLNK:
-		err = s.putSymlink(rel, &st, exists, &hst)
+		written, err = s.putSymlink(rel, &st, exists, &hst)
 	default:
 		if !exists {
 			err = s.host.Mknod(rel, st.Mode, st.Rdev)
@@ -403,6 +403,7 @@ func (s *Store) putAbsent(rel string) error {
 		return fmt.Errorf("writeback %q: remove: %w", rel, err)
 	}
 	s.dropTomb(rel)
+	s.unmarkWritingLink(rel) // one a killed run left: the symlink is gone
 	return nil
 }
 
@@ -823,42 +824,56 @@ func futimens(fd int, ts []unix.Timespec) error {
 }
 
 // testHookPutWritten, if set (by tests), runs in putFile between writing the
-// temporary file and renaming it over its target.
+// temporary file and renaming it over its target, in putSymlink between
+// marking it (markWriting) and renaming it.
 var testHookPutWritten func(rel string)
 
-// putSymlink replaces the host entry with a symlink of the same target.
-func (s *Store) putSymlink(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t) error {
+// putSymlink replaces the host entry with a symlink of the same target. It
+// returns the new symlink's attributes as the host has them (for the base;
+// nil: not known, or nothing written).
+func (s *Store) putSymlink(rel string, st *unix.Stat_t, exists bool, hst *unix.Stat_t) (*unix.Stat_t, error) {
 	target, err := s.local.Readlink(rel)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if exists && hst.Mode&unix.S_IFMT == unix.S_IFLNK {
 		if cur, err := s.hostReadlink(rel); err == nil && cur == target {
-			return nil
+			return nil, nil
 		}
 	}
 	if target == targetRefused {
 		// The container moved a link whose target the share would not
 		// tell: its new name cannot get that target, so the Put fails
 		// (rule D4), and the link stays in the store.
-		return fmt.Errorf("write back symlink %q: %w", rel, errTargetRefused)
+		return nil, fmt.Errorf("write back symlink %q: %w", rel, errTargetRefused)
 	}
 	tmp := s.tmp.name(rel)
 	if err := s.host.Symlink(target, tmp); err != nil {
-		return err
+		return nil, err
 	}
 	if exists && hst.Mode&unix.S_IFMT == unix.S_IFDIR {
 		if err := s.host.RemoveAll(rel); err != nil {
 			s.host.Remove(tmp)
-			return err
+			return nil, err
 		}
+	}
+	// Looked at before the rename, which keeps what the base compares
+	// (type, size, mtime): the mark needs it, and putEntry's look after
+	// the Put is then not made.
+	var written *unix.Stat_t
+	if wst, err := s.host.Lstat(tmp); err == nil {
+		written = &wst
+	}
+	s.markWriting(rel, written)
+	if testHookPutWritten != nil {
+		testHookPutWritten(rel)
 	}
 	if err := s.host.Rename(tmp, rel, 0); err != nil {
 		s.host.Remove(tmp)
-		return err
+		return nil, err
 	}
 	s.hostChown(rel, Owner{int(st.Uid), int(st.Gid)}, nil)
-	return nil
+	return written, nil
 }
 
 // putAttrs copies owner, mode, times and xattrs to the host, best effort

@@ -174,9 +174,13 @@ type Store struct {
 	// and replacements from host edits. One lost (a crash before the
 	// journal's next sync) makes the comparison "unknown", which keeps the
 	// host's copy aside rather than lose it.
-	tombMu  sync.Mutex
-	tombs   map[string]Base
-	fetched atomic.Int64 // files whose content came from the host
+	tombMu sync.Mutex
+	tombs  map[string]Base
+	// linkWriting are the writing marks of symlinks (markWriting: what a
+	// Put is renaming into place on the host), which cannot carry the
+	// mark's xattr either: kept here and in the journal, like tombs.
+	linkWriting map[string]Base
+	fetched     atomic.Int64 // files whose content came from the host
 
 	kept keptSet // store files kept open between read-only opens (OpenKept)
 
@@ -196,7 +200,7 @@ type Store struct {
 
 	tmp       tmpTags   // what the writeback's temporary names say of who made them
 	leftovers leftovers // host directories an earlier run may have left some in
-	writing   sync.Map  // rel -> struct{}: store files markWriting marked, until recordWritten
+	writing   sync.Map  // rel -> struct{}: store files markWriting marked, until recordWritten (symlinks: linkWriting)
 }
 
 // checkFormat refuses a store tree written in a newer store format than
@@ -298,12 +302,8 @@ func Open(cfg Config) (*Store, error) {
 		s.journal = j
 		// Before the queue starts writing back what an earlier run left.
 		// Straight into the map: they are in the journal already.
-		s.tombs = make(map[string]Base)
-		for rel, v := range j.Tombs() {
-			if b, ok := decodeBase(v); ok {
-				s.tombs[rel] = b
-			}
-		}
+		s.tombs = decodeBases(j.Tombs())
+		s.linkWriting = decodeBases(j.Writing())
 		if err := s.finishHalfMade(); err != nil {
 			j.Close()
 			local.Close()
@@ -834,6 +834,17 @@ func (s *Store) persistTomb(rel string, b *Base) {
 	if err != nil {
 		s.log.Warn("recording a tombstone in the journal", "path", rel, "err", err)
 	}
+}
+
+// decodeBases decodes the journal's values of a table of bases.
+func decodeBases(values map[string][]byte) map[string]Base {
+	out := make(map[string]Base, len(values))
+	for rel, v := range values {
+		if b, ok := decodeBase(v); ok {
+			out[rel] = b
+		}
+	}
+	return out
 }
 
 // entombBase keeps rel's base before its store entry is removed.
