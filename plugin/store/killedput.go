@@ -195,10 +195,10 @@ func (s *Store) unmarkWriting(rel string) {
 	}
 }
 
-// hostHoldsAnUnrecordedPut reports whether the host file or symlink rel, as a lookup
-// saw it (hst), is the version an earlier run's Put renamed into place
-// without recording it (markWriting). Asked only where the base does not
-// match.
+// hostHoldsAnUnrecordedPut reports whether the host file or symlink rel,
+// as a lookup saw it (hst), is the version an earlier run's Put renamed
+// into place without recording it (markWriting). Asked only where the
+// base does not match.
 func (s *Store) hostHoldsAnUnrecordedPut(rel string, hst *unix.Stat_t) bool {
 	var w Base
 	var ok bool
